@@ -1,0 +1,69 @@
+"""Per-step timing of method plugins, measured in one process so ratios are meaningful.
+
+Each method's `stepper` runs exactly the code its `fit` runs (batch sampling included).
+Methods are timed in interleaved rounds of a few steps each, so drift in machine load hits all
+of them alike; the reported figure is the median over rounds of the mean step time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from fairbench.datasets import get_dataset
+from fairbench.errors import DataError
+from fairbench.methods import get_method
+from fairbench.privacy import PrivacyBudget
+
+# (report name, method, extra hyperparameters): the opacus row shows what the fast path saves.
+DEFAULT_ENTRIES: list[tuple[str, str, dict[str, Any]]] = [
+    ("erm", "erm", {}),
+    ("dp-sgd", "dp-sgd", {}),
+    ("dp-sgd[opacus]", "dp-sgd", {"grad_engine": "opacus"}),
+]
+
+
+def step_times(
+    entries: list[tuple[str, str, dict[str, Any]]] = DEFAULT_ENTRIES,
+    batch_size: int = 512,
+    rounds: int = 60,
+    steps_per_round: int = 10,
+    device: str = "cpu",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Median seconds per training step for each entry, on Adult (synthetic if absent)."""
+    try:
+        task, dataset = get_dataset("adult").load(seed), "adult"
+    except DataError:
+        task, dataset = get_dataset("synthetic", n_rows=40_000).load(seed), "synthetic"
+    budget = PrivacyBudget(1.0)
+    steppers = {}
+    for label, name, extra in entries:
+        method = get_method(name, batch_size=batch_size, **extra)
+        steppers[label] = method.stepper(task, budget if method.private else None, seed, device)
+    samples: dict[str, list[float]] = {label: [] for label in steppers}
+    for round_ in range(rounds + 2):  # two warm-up rounds, discarded
+        for label, step in steppers.items():
+            start = time.perf_counter()
+            for _ in range(steps_per_round):
+                step()
+            if device != "cpu":
+                torch.cuda.synchronize()
+            if round_ >= 2:
+                samples[label].append((time.perf_counter() - start) / steps_per_round)
+    medians = {label: statistics.median(s) for label, s in samples.items()}
+    return {
+        "step_seconds": medians,
+        "ratio_to_dp_sgd": {label: t / medians["dp-sgd"] for label, t in medians.items()},
+        "dataset": dataset,
+        "n_train": len(task.train),
+        "batch_size": batch_size,
+        "rounds": rounds,
+        "steps_per_round": steps_per_round,
+        "device": device,
+        "torch_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+    }

@@ -1,0 +1,240 @@
+"""The `fairbench` command line. Thin: parses, calls the library, prints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fairbench.errors import ConfigError, DataError, FairbenchError
+
+app = typer.Typer(
+    help="Benchmark differentially private fair-learning methods on the same footing.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+data_app = typer.Typer(help="Inspect and fetch the raw datasets.", no_args_is_help=True)
+privacy_app = typer.Typer(help="The suite's privacy accountant.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(privacy_app, name="privacy")
+console = Console()
+err_console = Console(stderr=True)
+
+
+@app.command()
+def run(
+    config: Annotated[str, typer.Argument(help="YAML path or bundled config name")] = "default",
+    out: Annotated[Optional[Path], typer.Option(help="run directory (default runs/NAME)")] = None,
+    resume: Annotated[
+        Optional[Path], typer.Option(help="continue the run in this directory")
+    ] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="processes (default: cores)")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar (for CI)")] = False,
+) -> None:
+    """Run an experiment grid into a run directory, then write its report."""
+    from fairbench.report import write_report
+    from fairbench.runner.config import load_config
+    from fairbench.runner.execute import default_workers, execute, load_run_config, prepare_run
+
+    if resume is not None:
+        experiment, run_dir = load_run_config(resume), resume
+    else:
+        experiment = load_config(config)
+        run_dir = out or Path("runs") / experiment.name
+    specs = prepare_run(experiment, run_dir, warn=err_console.print)
+    summary = execute(specs, run_dir, workers or default_workers(), quiet)
+    report = write_report(run_dir, experiment.name)
+    console.print(
+        f"{summary.done} trials run, {summary.skipped} already done, "
+        f"{len(summary.failed)} failed → {run_dir}"
+    )
+    _print_report(report)
+    if summary.failed:
+        for trial_id, error in summary.failed:
+            err_console.print(f"failed trial {trial_id}: {error.splitlines()[-1]}")
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(run_dir: Path) -> None:
+    """(Re)write trials.csv, pareto.csv, pareto.md and figures/ of a run directory."""
+    from fairbench.report import write_report
+
+    _print_report(write_report(run_dir))
+
+
+def _print_report(report) -> None:
+    console.print(f"trials:  {report.trials_csv} ({report.n_trials} rows)")
+    console.print(f"pareto:  {report.pareto_csv}, {report.pareto_md}")
+    for fig in report.figures:
+        console.print(f"figure:  {fig}")
+
+
+class Listable(str, Enum):
+    methods = "methods"
+    datasets = "datasets"
+    configs = "configs"
+
+
+@app.command("list")
+def list_(what: Listable) -> None:
+    """List installed method plugins, dataset adapters or bundled configs."""
+    if what is Listable.methods:
+        from fairbench.methods import registry as methods
+
+        for name, cls in sorted(methods().items()):
+            kind = "private" if cls.private else "non-private"
+            knob = f", knob: {cls.knob}" if cls.knob else ""
+            print(f"{name:12s} {cls.description} [{kind}{knob}]")
+    elif what is Listable.datasets:
+        from fairbench.datasets import registry as datasets
+
+        for name, cls in sorted(datasets().items()):
+            print(f"{name:12s} {cls.description}")
+    else:
+        from fairbench.runner.config import BUNDLED
+
+        for path in sorted(BUNDLED.glob("*.yaml")):
+            print(f"{path.stem:12s} {path}")
+
+
+@data_app.command("check")
+def data_check() -> None:
+    """Verify every known dataset under the data folder: presence, checksum, rows, features."""
+    from fairbench.datasets import registry as datasets
+    from fairbench.datasets.files import data_root
+
+    root = data_root()
+    table = Table(title=f"datasets under {root}")
+    for col in ("dataset", "status", "rows", "features", "groups", "label rate per group"):
+        table.add_column(col)
+    bad = False
+    for name, cls in sorted(datasets().items()):
+        try:
+            task = cls().load(seed=0)
+        except DataError as exc:
+            missing = "missing data file" in str(exc)
+            bad |= not missing
+            table.add_row(name, "missing" if missing else "[red]corrupted[/red]", "", "", "",
+                          str(exc) if not missing else "")  # fmt: skip
+            continue
+        splits = (task.train, task.val, task.test)
+        rows = sum(len(s) for s in splits)
+        rates = []
+        for g, group in enumerate(task.group_names):
+            members = sum(int((s.s == g).sum()) for s in splits)
+            positives = sum(int(((s.s == g) & (s.y == 1)).sum()) for s in splits)
+            rates.append(f"{group}: {positives / max(members, 1):.3f}")
+        status = "verified" if cls.files else "generated"
+        table.add_row(name, f"[green]{status}[/green]", f"{rows:,}", str(task.n_features),
+                      str(task.n_groups), ", ".join(rates))  # fmt: skip
+    console.print(table)
+    if bad:
+        raise typer.Exit(1)
+
+
+@data_app.command("fetch")
+def data_fetch(dataset: str) -> None:
+    """Download a dataset's raw files from their public source into the data folder."""
+    from fairbench.datasets import get_dataset
+    from fairbench.datasets.files import data_root, fetch
+
+    adapter = get_dataset(dataset)
+    if not adapter.files:
+        console.print(f"{dataset} is generated; nothing to fetch")
+        return
+    written = fetch(dataset, adapter.files, data_root())
+    console.print(f"{dataset}: {len(written)} file(s) downloaded and verified under {data_root()}")
+
+
+@privacy_app.command("epsilon")
+def privacy_epsilon(
+    sampling_rate: Annotated[float, typer.Option(help="Poisson sampling rate q")],
+    steps: Annotated[int, typer.Option(help="number of steps T")],
+    noise_multiplier: Annotated[float, typer.Option(help="Gaussian noise multiplier sigma")],
+    delta: Annotated[float, typer.Option(help="target delta")] = 1e-5,
+    laplace_scale: Annotated[
+        Optional[float], typer.Option(help="per-step Laplace scale b (sensitivity 1)")
+    ] = None,
+) -> None:
+    """Epsilon of T Poisson-sampled Gaussian steps (each with a Laplace count if given)."""
+    from fairbench.privacy import epsilon
+    from fairbench.privacy.accountant import _check
+    from fairbench.privacy.events import sgd_steps
+
+    _check(sampling_rate, 1.0, delta)
+    if steps < 1 or noise_multiplier <= 0 or (laplace_scale is not None and laplace_scale <= 0):
+        raise ConfigError("steps must be >= 1 and noise multiplier and Laplace scale > 0")
+    eps = epsilon(sgd_steps(sampling_rate, noise_multiplier, steps, laplace_scale), delta)
+    print(json.dumps({"epsilon": eps, "delta": delta}))
+
+
+@privacy_app.command("calibrate")
+def privacy_calibrate(
+    sampling_rate: Annotated[float, typer.Option(help="Poisson sampling rate q")],
+    epsilon: Annotated[float, typer.Option(help="target epsilon")],
+    delta: Annotated[float, typer.Option(help="target delta")] = 1e-5,
+    steps: Annotated[Optional[int], typer.Option(help="fix T, solve for sigma")] = None,
+    noise_multiplier: Annotated[
+        Optional[float], typer.Option(help="fix sigma, solve for T")
+    ] = None,
+    laplace_scale: Annotated[Optional[float], typer.Option(help="per-step Laplace scale")] = None,
+) -> None:
+    """Solve for the noise multiplier (given --steps) or the steps (given --noise-multiplier)."""
+    from fairbench.privacy import calibrate_noise_multiplier, calibrate_steps
+    from fairbench.privacy import epsilon as account
+    from fairbench.privacy.events import sgd_steps
+
+    if (steps is None) == (noise_multiplier is None):
+        raise ConfigError("give exactly one of --steps (solve sigma) or --noise-multiplier (solve T)")
+    if steps is not None:
+        noise_multiplier = calibrate_noise_multiplier(
+            sampling_rate, steps, epsilon, delta, laplace_scale
+        )
+    else:
+        steps = calibrate_steps(sampling_rate, noise_multiplier, epsilon, delta, laplace_scale)
+    spent = account(sgd_steps(sampling_rate, noise_multiplier, steps, laplace_scale), delta)
+    print(json.dumps({"noise_multiplier": noise_multiplier, "steps": steps, "epsilon": spent,
+                      "target_epsilon": epsilon, "delta": delta}))  # fmt: skip
+
+
+@app.command()
+def bench(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    batch_size: int = 512,
+    rounds: Annotated[int, typer.Option(min=1)] = 60,
+    device: str = "cpu",
+) -> None:
+    """Median wall time per training step of each method, and ratios to DP-SGD."""
+    from fairbench.bench import step_times
+
+    result = step_times(batch_size=batch_size, rounds=rounds, device=device)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"step time, {result['dataset']}, batch {batch_size}, {device}")
+    for col in ("method", "median ms / step", "ratio to dp-sgd"):
+        table.add_column(col)
+    for name, seconds in result["step_seconds"].items():
+        table.add_row(name, f"{seconds * 1e3:.3f}", f"{result['ratio_to_dp_sgd'][name]:.2f}")
+    console.print(table)
+
+
+def main() -> None:
+    """Entry point: user errors become one `error:` line and exit status 2."""
+    try:
+        app()
+    except FairbenchError as exc:
+        err_console.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

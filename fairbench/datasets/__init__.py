@@ -1,0 +1,29 @@
+"""Dataset adapters, discovered through the `fairbench.datasets` entry-point group."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from fairbench.datasets.base import Dataset
+from fairbench.errors import ConfigError
+
+GROUP = "fairbench.datasets"
+
+
+@cache
+def registry() -> dict[str, type[Dataset]]:
+    """Every installed dataset adapter, by name (built-ins register through entry points too)."""
+    return {ep.name: ep.load() for ep in entry_points(group=GROUP)}
+
+
+def get_dataset(name: str, **options: Any) -> Dataset:
+    """An adapter instance with validated options; one clear error for an unknown name."""
+    known = registry()
+    if name not in known:
+        raise ConfigError(f"unknown dataset {name!r}; known datasets: {', '.join(sorted(known))}")
+    return known[name](**options)
+
+
+__all__ = ["Dataset", "get_dataset", "registry"]

@@ -1,0 +1,153 @@
+"""The dataset adapter interface and the preprocessing every adapter shares."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from fairbench.datasets.files import DataFile, locate
+from fairbench.errors import ConfigError
+from fairbench.task import Provenance, Split, Task
+
+TEST_FRACTION = 0.25
+VAL_FRACTION = 0.15  # of the training part
+
+
+class DatasetOptions(BaseModel):
+    """Base for adapter options: unknown keys are errors, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Dataset(ABC):
+    """A dataset adapter: raw files in, a split and preprocessed `Task` out.
+
+    Options are explicit and validated at construction (scikit-learn style); `load(seed)` is
+    deterministic given the seed, which fixes the train/validation/test split.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    version: ClassVar[str]
+    files: ClassVar[tuple[DataFile, ...]] = ()
+    Options: ClassVar[type[DatasetOptions]] = DatasetOptions
+
+    def __init__(self, **options: Any) -> None:
+        try:
+            self.options = self.Options(**options)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ConfigError(
+                f"dataset {self.name}: option {where!r}: {err['msg']} "
+                f"(valid options: {', '.join(self.Options.model_fields)})"
+            ) from None
+
+    def locate(self, root: Path | None = None) -> dict[str, Path]:
+        """Paths of the verified raw files (raises `DataError` if missing or corrupted)."""
+        return locate(self.name, self.files, root)
+
+    @abstractmethod
+    def load(self, seed: int, root: Path | None = None) -> Task:
+        """Read, preprocess and split the data; the seed fixes the split."""
+
+
+def stratified_split(
+    strata: np.ndarray, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Train / validation / test indices, stratified on `strata` (e.g. label x group).
+
+    Test takes 25% of every stratum, validation 15% of what remains; each part is sorted so
+    that the split depends on the seed only, not on iteration order.
+    """
+    rng = np.random.default_rng(seed)
+    parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
+    for value in np.unique(strata):
+        idx = rng.permutation(np.flatnonzero(strata == value))
+        n_test = round(TEST_FRACTION * len(idx))
+        n_val = round(VAL_FRACTION * (len(idx) - n_test))
+        parts[2].append(idx[:n_test])
+        parts[1].append(idx[n_test : n_test + n_val])
+        parts[0].append(idx[n_test + n_val :])
+    train, val, test = (np.sort(np.concatenate(p)) for p in parts)
+    return train, val, test
+
+
+def one_hot(frame: pd.DataFrame, vocabularies: Mapping[str, Sequence[str]]) -> pd.DataFrame:
+    """One-hot encode categorical columns over a public vocabulary.
+
+    A category of the vocabulary that no row of `frame` takes would give a constant zero
+    column; it is left out (this depends only on the checksummed raw file, not on the split).
+    """
+    columns = {}
+    for col, vocab in vocabularies.items():
+        unknown = set(frame[col].unique()) - set(vocab)
+        if unknown:
+            raise ValueError(f"column {col} has values outside its vocabulary: {sorted(unknown)}")
+        for value in vocab:
+            indicator = (frame[col] == value).to_numpy(dtype=np.float32)
+            if indicator.any():
+                columns[f"{col}={value}"] = indicator
+    return pd.DataFrame(columns, index=frame.index)
+
+
+def build_task(
+    *,
+    name: str,
+    version: str,
+    numeric: pd.DataFrame,
+    categorical: pd.DataFrame,
+    y: np.ndarray,
+    s: np.ndarray,
+    label_names: Sequence[str],
+    group_names: Sequence[str],
+    sensitive_name: str,
+    seed: int,
+    sha256: Mapping[str, str],
+    preprocessing: Mapping[str, Any],
+) -> Task:
+    """Split (stratified on label x group) and standardise numeric columns with train statistics.
+
+    The standardisation statistics are computed on the training part without privacy: a
+    documented exception to the suite's contract inherited from prior work.
+    """
+    y = np.asarray(y, dtype=np.int64)
+    s = np.asarray(s, dtype=np.int64)
+    train, val, test = stratified_split(y * len(group_names) + s, seed)
+    num = numeric.to_numpy(dtype=np.float64)
+    mean = num[train].mean(axis=0)
+    std = num[train].std(axis=0)
+    std[std == 0] = 1.0
+    X = np.hstack([(num - mean) / std, categorical.to_numpy(dtype=np.float64)]).astype(np.float32)
+    feature_names = (*numeric.columns, *categorical.columns)
+
+    def part(idx: np.ndarray) -> Split:
+        return Split(X=np.ascontiguousarray(X[idx]), y=y[idx], s=s[idx])
+
+    return Task(
+        name=name,
+        train=part(train),
+        val=part(val),
+        test=part(test),
+        feature_names=tuple(str(f) for f in feature_names),
+        label_names=tuple(label_names),
+        group_names=tuple(group_names),
+        sensitive_name=sensitive_name,
+        provenance=Provenance(
+            dataset=name,
+            version=version,
+            sha256=dict(sha256),
+            preprocessing={
+                **preprocessing,
+                "numeric_standardised_with": "training-split statistics (not private)",
+                "split": "stratified on label x group: 25% test, 15% of the rest validation",
+            },
+            split_seed=seed,
+        ),
+    )

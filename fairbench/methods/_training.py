@@ -1,0 +1,60 @@
+"""Pieces the gradient-trained methods share: seeding, tensors on the device, batching."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from fairbench.methods.base import TrainingHparams
+from fairbench.models import build_model
+from fairbench.task import Task
+
+
+def init_model(hp: TrainingHparams, task: Task, seed: int, device: torch.device) -> nn.Module:
+    """The model, initialised from `seed` alone (the global torch RNG is left untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(hp.model, task.n_features, task.n_classes, hp.hidden)
+    return model.to(device)
+
+
+def train_tensors(task: Task, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.as_tensor(task.train.X, dtype=torch.float32, device=device)
+    y = torch.as_tensor(task.train.y, dtype=torch.int64, device=device)
+    return x, y
+
+
+def generator(seed: int, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def shuffled_batches(
+    n: int, batch_size: int, gen: torch.Generator, device: torch.device
+) -> Callable[[], torch.Tensor]:
+    """Index batches from a fresh permutation each epoch (non-private sampling)."""
+    state = {"perm": torch.empty(0, dtype=torch.int64, device=device), "pos": 0}
+
+    def next_batch() -> torch.Tensor:
+        if state["pos"] >= len(state["perm"]):
+            state["perm"] = torch.randperm(n, generator=gen, device=device)
+            state["pos"] = 0
+        batch = state["perm"][state["pos"] : state["pos"] + batch_size]
+        state["pos"] += batch_size
+        return batch
+
+    return next_batch
+
+
+def poisson_batches(
+    n: int, sampling_rate: float, gen: torch.Generator, device: torch.device
+) -> Callable[[], torch.Tensor]:
+    """Poisson sampling: every record joins each batch independently with `sampling_rate`,
+    as the accountant's PoissonSampledDpEvent assumes (batch size varies; may be empty)."""
+
+    def next_batch() -> torch.Tensor:
+        mask = torch.rand(n, generator=gen, device=device) < sampling_rate
+        return mask.nonzero().squeeze(1)
+
+    return next_batch

@@ -1,0 +1,73 @@
+"""`erm`: non-private mini-batch SGD on the cross-entropy loss; the accuracy ceiling."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from fairbench.methods._training import generator, init_model, shuffled_batches, train_tensors
+from fairbench.methods.base import (
+    Device,
+    FairnessSpec,
+    Fitted,
+    Method,
+    TrainingHparams,
+    resolve_device,
+)
+from fairbench.privacy import PrivacyBudget, PrivacyLedger
+from fairbench.task import Task
+
+
+class ERMHparams(TrainingHparams):
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class ERM(Method):
+    """Empirical risk minimisation with shuffled mini-batches and plain SGD; spends no privacy
+    budget and ignores the fairness spec."""
+
+    name = "erm"
+    description = "non-private mini-batch SGD on the cross-entropy loss (accuracy reference)"
+    private = False
+    Hparams = ERMHparams
+    hparams: ERMHparams
+
+    def _setup(self, task: Task, seed: int, device: Device):
+        hp = self.hparams
+        dev = resolve_device(device)
+        model = init_model(hp, task, seed, dev)
+        x, y = train_tensors(task, dev)
+        next_batch = shuffled_batches(len(y), hp.batch_size, generator(seed, dev), dev)
+        optimiser = torch.optim.SGD(model.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+
+        def step() -> None:
+            idx = next_batch()
+            optimiser.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            optimiser.step()
+
+        steps = math.ceil(hp.epochs * len(y) / hp.batch_size)
+        return model, dev, step, steps
+
+    def fit(
+        self,
+        task: Task,
+        privacy: PrivacyBudget | None,
+        fairness: FairnessSpec,
+        seed: int,
+        device: Device = "cpu",
+    ) -> Fitted:
+        model, dev, step, steps = self._setup(task, seed, device)
+        model.train()
+        for _ in range(steps):
+            step()
+        return Fitted(model, dev, PrivacyLedger(), info={"steps": steps})
+
+    def stepper(
+        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
+    ) -> Callable[[], None]:
+        return self._setup(task, seed, device)[2]

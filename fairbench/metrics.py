@@ -1,0 +1,123 @@
+"""Fairness and accuracy metrics on hard (argmax) predictions, multi-class and multi-group.
+
+Names follow fairlearn where a counterpart exists. Rates conditioned on an empty cell (a group
+with no member of some true class, say) are left out of the gaps rather than counted as zero.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _check(*arrays: np.ndarray) -> list[np.ndarray]:
+    out = [np.asarray(a) for a in arrays]
+    if len({len(a) for a in out}) != 1:
+        raise ValueError(f"arrays of different lengths: {[len(a) for a in out]}")
+    return out
+
+
+def error_rate(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Fraction of wrong predictions."""
+    y_true, y_pred = _check(y_true, y_pred)
+    return float(np.mean(y_true != y_pred))
+
+
+def _rates(y_pred: np.ndarray, members: np.ndarray, n_classes: int) -> np.ndarray | None:
+    """P(y_pred = k | members) for every class k, or None for an empty condition."""
+    if not members.any():
+        return None
+    return np.bincount(y_pred[members], minlength=n_classes)[:n_classes] / members.sum()
+
+
+def _n_classes(*labels: np.ndarray) -> int:
+    return int(max(int(a.max()) for a in labels if len(a)) + 1)
+
+
+def demographic_parity_difference(y_pred: np.ndarray, sensitive: np.ndarray) -> float:
+    """max over predicted classes k and pairs of groups a, b of |P(ŷ=k|s=a) − P(ŷ=k|s=b)|.
+
+    For binary labels this is the usual gap in positive-prediction rates.
+    """
+    y_pred, sensitive = _check(y_pred, sensitive)
+    k = _n_classes(y_pred)
+    rates = [r for g in np.unique(sensitive) if (r := _rates(y_pred, sensitive == g, k)) is not None]
+    if len(rates) < 2:
+        return 0.0
+    stacked = np.stack(rates)
+    return float((stacked.max(axis=0) - stacked.min(axis=0)).max())
+
+
+def demographic_parity_difference_ovr(y_pred: np.ndarray, sensitive: np.ndarray) -> float:
+    """max over k and groups a of |P(ŷ=k|s=a) − P(ŷ=k|s≠a)|: the one-vs-rest form RaCO-DP
+    constrains. Equals `demographic_parity_difference` scaled down when there are two groups;
+    differs in general with more."""
+    y_pred, sensitive = _check(y_pred, sensitive)
+    k = _n_classes(y_pred)
+    gaps = [0.0]
+    for g in np.unique(sensitive):
+        inside, outside = _rates(y_pred, sensitive == g, k), _rates(y_pred, sensitive != g, k)
+        if inside is not None and outside is not None:
+            gaps.append(float(np.abs(inside - outside).max()))
+    return max(gaps)
+
+
+def equalized_odds_difference(
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray
+) -> float:
+    """max over true class y, predicted class k and pairs of groups of the gap in
+    P(ŷ=k | y, s). For binary labels: the larger of the TPR and FPR gaps across groups."""
+    y_true, y_pred, sensitive = _check(y_true, y_pred, sensitive)
+    k = _n_classes(y_true, y_pred)
+    worst = 0.0
+    for label in np.unique(y_true):
+        rates = [
+            r
+            for g in np.unique(sensitive)
+            if (r := _rates(y_pred, (y_true == label) & (sensitive == g), k)) is not None
+        ]
+        if len(rates) >= 2:
+            stacked = np.stack(rates)
+            worst = max(worst, float((stacked.max(axis=0) - stacked.min(axis=0)).max()))
+    return worst
+
+
+def false_negative_rate(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
+    """Per class y: P(ŷ ≠ y | y) (NaN for a class absent from y_true)."""
+    y_true, y_pred = _check(y_true, y_pred)
+    k = _n_classes(y_true, y_pred)
+    out = np.full(k, np.nan)
+    for label in range(k):
+        members = y_true == label
+        if members.any():
+            out[label] = float(np.mean(y_pred[members] != label))
+    return out
+
+
+def group_error_rates(
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """Per group g: error rate among members of g (NaN for an empty group)."""
+    y_true, y_pred, sensitive = _check(y_true, y_pred, sensitive)
+    return np.array(
+        [error_rate(y_true[sensitive == g], y_pred[sensitive == g]) if (sensitive == g).any()
+         else np.nan for g in range(n_groups)]
+    )  # fmt: skip
+
+
+def group_log_losses(
+    y_true: np.ndarray, proba: np.ndarray, sensitive: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """Per group g: mean cross-entropy of the predicted probabilities (NaN for an empty group)."""
+    y_true, sensitive = _check(y_true, sensitive)
+    losses = -np.log(np.clip(proba[np.arange(len(y_true)), y_true], 1e-12, 1.0))
+    return np.array(
+        [losses[sensitive == g].mean() if (sensitive == g).any() else np.nan
+         for g in range(n_groups)]
+    )  # fmt: skip
+
+
+# The violation a trial reports for each constraint name a config may give.
+VIOLATIONS = {
+    "demographic_parity": lambda y, p, s: demographic_parity_difference(p, s),
+    "equalized_odds": equalized_odds_difference,
+}

@@ -1,0 +1,43 @@
+"""Reports of a finished (or partly finished) run: trials.csv, pareto.csv/.md and figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fairbench.errors import ConfigError
+from fairbench.report.aggregate import pareto_points, trials_frame
+from fairbench.report.plots import trade_off_figures
+from fairbench.report.tables import pareto_markdown, write_trials_csv
+from fairbench.runner.store import ResultStore
+
+
+@dataclass(frozen=True)
+class Report:
+    trials_csv: Path
+    pareto_csv: Path
+    pareto_md: Path
+    figures: list[Path]
+    n_trials: int
+
+
+def write_report(run_dir: Path, title: str | None = None) -> Report:
+    """Regenerate every report file of `run_dir` from its results store."""
+    if not (run_dir / ResultStore.FILENAME).is_file():
+        raise ConfigError(f"{run_dir} has no results store; run `fairbench run` into it first")
+    store = ResultStore(run_dir)
+    try:
+        rows = store.results()
+    finally:
+        store.close()
+    if not rows:
+        raise ConfigError(f"{run_dir} has no finished trials yet; nothing to report")
+    trials = trials_frame(rows)
+    points = pareto_points(trials)
+    out = Report(run_dir / "trials.csv", run_dir / "pareto.csv", run_dir / "pareto.md", [],
+                 len(trials))  # fmt: skip
+    write_trials_csv(trials, out.trials_csv)
+    points.to_csv(out.pareto_csv, index=False)
+    out.pareto_md.write_text(pareto_markdown(points, title or run_dir.name))
+    out.figures.extend(trade_off_figures(points, run_dir / "figures"))
+    return out

@@ -1,0 +1,67 @@
+"""Writing trials and Pareto points as CSV and Markdown."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from fairbench.report.aggregate import PANEL
+
+LEAD_COLUMNS = [
+    "trial_id", "dataset", "constraint", "method", "label", "privacy_notion", "epsilon",
+    "delta", "knob", "seed", "test_error", "test_violation", "val_error", "val_violation",
+    "epsilon_spent", "wall_seconds",
+]  # fmt: skip
+
+
+def write_trials_csv(trials: pd.DataFrame, path: Path) -> None:
+    """One row per trial; nested values (hyperparameters, ledger, per-group metrics) as JSON."""
+    flat = trials.copy()
+    for col in flat.columns:
+        if flat[col].map(lambda v: isinstance(v, dict | list)).any():
+            flat[col] = flat[col].map(lambda v: json.dumps(v, sort_keys=True, default=str))
+    lead = [c for c in LEAD_COLUMNS if c in flat.columns]
+    flat[lead + [c for c in flat.columns if c not in lead]].to_csv(path, index=False)
+
+
+def _fmt(mean: float, ci: float) -> str:
+    return f"{mean:.4f}" if math.isnan(ci) else f"{mean:.4f} ± {ci:.4f}"
+
+
+def _eps(value: float) -> str:
+    return "non-private" if math.isinf(value) else f"ε = {value:g}"
+
+
+def pareto_markdown(points: pd.DataFrame, title: str) -> str:
+    """One table per (dataset, constraint, privacy notion, epsilon) panel."""
+    lines = [
+        f"# {title}: error vs violation",
+        "",
+        "Mean over seeds ± half-width of the 95% confidence interval (Student t). Violation: "
+        "the constraint's gap on the test split with hard (argmax) predictions. ε is spent as "
+        "reported by the suite's PLD accountant; hyperparameter tuning is not charged to the "
+        "privacy budget. ★ marks the Pareto frontier within a table.",
+    ]
+    for key, panel in points.groupby(PANEL, sort=True, dropna=False):
+        dataset, constraint, notion, eps, delta = key
+        privacy = "" if math.isinf(eps) else f", δ = {delta:g}, privacy: {notion}"
+        lines += [
+            "",
+            f"## {dataset} · {constraint} · {_eps(eps)}{privacy}",
+            "",
+            "| method | knob | config | seeds | test error | violation | ε spent (max) | |",
+            "|---|---:|---|---:|---:|---:|---:|---|",
+        ]
+        for row in panel.itertuples():
+            knob = "" if math.isnan(row.knob) else f"{row.knob:g}"
+            spent = "" if math.isinf(eps) else f"{row.epsilon_spent_max:.4f}"
+            lines.append(
+                f"| {row.label} | {knob} | {row.config_id} | {row.n_seeds} | "
+                f"{_fmt(row.test_error_mean, row.test_error_ci95)} | "
+                f"{_fmt(row.violation_mean, row.violation_ci95)} | {spent} | "
+                f"{'★' if row.on_frontier else ''} |"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,167 @@
+"""Experiment configs: YAML validated by a schema, expanded into fully resolved trials.
+
+Everything that can be wrong with a config is found here, before a run directory exists, so a
+bad config never leaves a partial result behind.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fairbench.datasets import get_dataset
+from fairbench.errors import ConfigError, DataError
+from fairbench.methods import get_method, method_class
+from fairbench.metrics import VIOLATIONS
+from fairbench.privacy import DEFAULT_DELTA, PrivacyBudget
+from fairbench.runner.trial import TrialSpec
+
+BUNDLED = Path(__file__).resolve().parent.parent / "configs"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetEntry(_Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    if_missing: Literal["error", "synthetic"] = "error"  # synthetic: fall back when files absent
+
+
+class MethodEntry(_Strict):
+    name: str
+    label: str | None = None  # how reports name this entry; defaults to the method name
+    hparams: dict[str, Any] = Field(default_factory=dict)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)  # cartesian product over values
+    knobs: list[float] | None = None  # fairness knob values, for methods that have one
+
+
+class ExperimentConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    datasets: list[DatasetEntry] = Field(min_length=1)
+    methods: list[MethodEntry] = Field(min_length=1)
+    constraint: str = "demographic_parity"
+    epsilons: list[float] = Field(default_factory=list)
+    delta: float = DEFAULT_DELTA
+    seeds: int | list[int] = 10
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _names_as_entries(cls, value: Any) -> Any:
+        return [{"name": v} if isinstance(v, str) else v for v in value] if isinstance(
+            value, list) else value  # fmt: skip
+
+    @field_validator("methods", mode="before")
+    @classmethod
+    def _method_names_as_entries(cls, value: Any) -> Any:
+        return cls._names_as_entries(value)
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+def _field_error(source: str, exc: ValidationError) -> ConfigError:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return ConfigError(
+            f"{source}: unknown config key {where!r}; valid keys there: see `fairbench run "
+            "--help` or configs/default.yaml"
+        )
+    return ConfigError(f"{source}: field {where!r}: {err['msg']}")
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """A config path, or the name of a bundled config (`default`, `smoke`, ...)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    bundled = BUNDLED / f"{name_or_path}.yaml"
+    if bundled.is_file():
+        return bundled
+    names = ", ".join(sorted(p.stem for p in BUNDLED.glob("*.yaml")))
+    raise ConfigError(f"config {name_or_path!r} not found: give a YAML path or one of: {names}")
+
+
+def load_config(name_or_path: str) -> ExperimentConfig:
+    path = resolve_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} malformed YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
+    return parse_config(data, str(path))
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    try:
+        config = ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _field_error(source, exc) from None
+    return config
+
+
+def expand(config: ExperimentConfig, warn=print) -> list[TrialSpec]:
+    """Validate everything a run needs and return its trials (fully resolved, hashable).
+
+    Checks: known datasets with valid options and their files present and verified; known
+    methods with valid hyperparameters; knobs only where a method has one; private methods
+    given valid (epsilon, delta) targets; a known constraint.
+    """
+    if config.constraint not in VIOLATIONS:
+        raise ConfigError(
+            f"unknown constraint {config.constraint!r}; known: {', '.join(VIOLATIONS)}"
+        )
+    for eps in config.epsilons or [1.0]:
+        PrivacyBudget(eps, config.delta)  # raises a ConfigError naming the bad value
+    if not config.seed_list:
+        raise ConfigError("seeds: give a positive count or a non-empty list of seeds")
+
+    labels = [entry.label or entry.name for entry in config.methods]
+    if len(set(labels)) != len(labels):
+        raise ConfigError("two method entries share a label; give each variant its own `label`")
+    datasets = [_resolve_dataset(entry, warn) for entry in config.datasets]
+    specs = []
+    for (dataset, options), entry in itertools.product(datasets, config.methods):
+        cls = method_class(entry.name)
+        if cls.private and not config.epsilons:
+            raise ConfigError(f"method {entry.name} is private: list target epsilons in the config")
+        if entry.knobs is not None and cls.knob is None:
+            raise ConfigError(f"method {entry.name} has no fairness knob; remove its knobs")
+        sweep_keys = list(entry.sweep)
+        for values in itertools.product(*entry.sweep.values()):
+            raw = {**entry.hparams, **dict(zip(sweep_keys, values, strict=True))}
+            hparams = get_method(entry.name, **raw).hparams.model_dump()
+            for knob, eps, seed in itertools.product(
+                entry.knobs or [None], config.epsilons if cls.private else [None],
+                config.seed_list,
+            ):
+                specs.append(TrialSpec(
+                    dataset=dataset, dataset_options=options, method=entry.name,
+                    label=entry.label or entry.name, hparams=hparams,
+                    constraint=config.constraint, knob=knob, epsilon=eps,
+                    delta=config.delta, seed=seed, device=config.device,
+                ))  # fmt: skip
+    return specs
+
+
+def _resolve_dataset(entry: DatasetEntry, warn) -> tuple[str, dict[str, Any]]:
+    adapter = get_dataset(entry.name, **entry.options)
+    try:
+        adapter.locate()
+    except DataError as exc:
+        if entry.if_missing == "error":
+            raise
+        warn(f"warning: {exc}; falling back to the synthetic dataset (if_missing: synthetic)")
+        return "synthetic", get_dataset("synthetic").options.model_dump()
+    return entry.name, adapter.options.model_dump()

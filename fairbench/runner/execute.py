@@ -1,0 +1,161 @@
+"""Running a grid of trials into a run directory: in-process or in worker processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from fairbench.errors import ConfigError, FairbenchError
+from fairbench.runner.config import ExperimentConfig, expand, parse_config
+from fairbench.runner.store import ResultStore
+from fairbench.runner.trial import TrialSpec, run_trial
+
+CONFIG_FILE = "config.yaml"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    total: int
+    skipped: int  # already finished before this invocation
+    done: int
+    failed: list[tuple[str, str]]  # (trial_id, error)
+
+
+def resolved_config(config: ExperimentConfig, specs: list[TrialSpec]) -> dict[str, Any]:
+    """The config with every default filled in and dataset fallbacks applied: what was run."""
+    data = config.model_dump()
+    datasets = {(s.dataset, json.dumps(s.dataset_options, sort_keys=True)): s for s in specs}
+    data["datasets"] = [
+        {"name": s.dataset, "options": s.dataset_options, "if_missing": "error"}
+        for s in datasets.values()
+    ]
+    for entry in data["methods"]:
+        label = entry["label"] or entry["name"]
+        first = next(s for s in specs if s.label == label and s.method == entry["name"])
+        entry["hparams"] = {k: v for k, v in first.hparams.items() if k not in entry["sweep"]}
+    return data
+
+
+def prepare_run(
+    config: ExperimentConfig, run_dir: Path, warn: Callable[[str], None] = print
+) -> list[TrialSpec]:
+    """Validate the config and its data, then create (or re-open) the run directory.
+
+    Nothing is written before validation passed; an existing run directory is only reused for
+    the same resolved config, so results of different experiments are never mixed.
+    """
+    specs = expand(config, warn)
+    resolved = resolved_config(config, specs)
+    path = run_dir / CONFIG_FILE
+    if path.exists():
+        existing = yaml.safe_load(path.read_text())
+        if existing != resolved:
+            raise ConfigError(
+                f"{run_dir} holds a run of a different config; pass another --out directory, "
+                f"or --resume {run_dir} to continue the run that is there"
+            )
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
+        tmp.replace(path)
+    return specs
+
+
+def load_run_config(run_dir: Path) -> ExperimentConfig:
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG_FILE}); check the path")
+    return parse_config(yaml.safe_load(path.read_text()), str(path))
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)  # workers are the parallelism; avoid oversubscribing cores
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, FairbenchError):
+        return f"{type(exc).__name__}: {exc}"
+    return "".join(traceback.format_exception(exc)).strip()
+
+
+def execute(
+    specs: Iterable[TrialSpec],
+    run_dir: Path,
+    workers: int = 1,
+    quiet: bool = False,
+) -> RunSummary:
+    """Run every trial not yet done; each result is committed as soon as it arrives."""
+    specs = sorted(specs, key=lambda s: (s.seed, s.dataset, s.method, str(s.epsilon)))
+    store = ResultStore(run_dir)
+    try:
+        finished = store.done_ids()
+        pending = [s for s in specs if s.trial_id not in finished]
+        failed: list[tuple[str, str]] = []
+        progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), disable=quiet,
+        )  # fmt: skip
+        with progress:
+            bar = progress.add_task("trials", total=len(pending))
+
+            def record(spec: TrialSpec, result: dict | None, exc: BaseException | None) -> None:
+                if exc is None:
+                    store.record_done(spec.trial_id, asdict(spec), result)
+                else:
+                    failed.append((spec.trial_id, _failure(exc)))
+                    store.record_failed(spec.trial_id, asdict(spec), failed[-1][1])
+                progress.advance(bar)
+
+            if workers <= 1 or len(pending) <= 1:
+                for spec in pending:
+                    try:
+                        record(spec, run_trial(spec), None)
+                    except Exception as exc:  # a failed trial is recorded, the run goes on
+                        record(spec, None, exc)
+            else:
+                _run_pool(pending, workers, record)
+        return RunSummary(len(specs), len(specs) - len(pending), len(pending) - len(failed),
+                          failed)  # fmt: skip
+    finally:
+        store.close()
+
+
+def _run_pool(pending: list[TrialSpec], workers: int, record) -> None:
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker) as pool:
+        futures: dict[Future, TrialSpec] = {pool.submit(run_trial, s): s for s in pending}
+        try:
+            while futures:
+                done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    spec = futures.pop(fut)
+                    exc = fut.exception()
+                    record(spec, None if exc else fut.result(), exc)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
+               os.cpu_count() or 1)  # fmt: skip

@@ -1,0 +1,96 @@
+"""The results store: one SQLite file per run directory, one row per trial.
+
+A single writer (the process that runs the grid) commits each trial as it finishes, so a run
+killed at any moment loses only trials still in flight, and re-running skips finished ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS trials (
+    trial_id TEXT PRIMARY KEY,
+    status   TEXT NOT NULL CHECK (status IN ('done', 'failed')),
+    spec     TEXT NOT NULL,
+    result   TEXT,
+    error    TEXT,
+    finished REAL NOT NULL DEFAULT (julianday('now'))
+)
+"""
+
+
+def _encode(value: Any) -> str:
+    """JSON with non-finite floats kept (as strings) rather than silently turned into null."""
+
+    def fix(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return repr(v)
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [fix(x) for x in v]
+        return v
+
+    return json.dumps(fix(value), sort_keys=True)
+
+
+def _decode(text: str) -> Any:
+    def fix(v: Any) -> Any:
+        if v in ("inf", "-inf", "nan"):
+            return float(v)
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return v
+
+    return fix(json.loads(text))
+
+
+class ResultStore:
+    """Trials keyed by their spec hash; `done` rows hold the full result."""
+
+    FILENAME = "results.sqlite"
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / self.FILENAME
+        self._db = sqlite3.connect(self.path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(SCHEMA)
+        self._db.commit()
+
+    def done_ids(self) -> set[str]:
+        return {r[0] for r in self._db.execute("SELECT trial_id FROM trials WHERE status='done'")}
+
+    def record_done(self, trial_id: str, spec: dict[str, Any], result: dict[str, Any]) -> None:
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO trials (trial_id, status, spec, result, error) "
+                "VALUES (?, 'done', ?, ?, NULL)",
+                (trial_id, _encode(spec), _encode(result)),
+            )
+
+    def record_failed(self, trial_id: str, spec: dict[str, Any], error: str) -> None:
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO trials (trial_id, status, spec, result, error) "
+                "VALUES (?, 'failed', ?, NULL, ?)",
+                (trial_id, _encode(spec), error),
+            )
+
+    def results(self) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT result FROM trials WHERE status='done' ORDER BY trial_id"
+        )
+        return [_decode(r[0]) for r in rows]
+
+    def failures(self) -> list[tuple[str, str]]:
+        return list(self._db.execute("SELECT trial_id, error FROM trials WHERE status='failed'"))
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,110 @@
+"""One trial: a fully resolved (dataset, method, hyperparameters, knob, budget, seed) point,
+run and evaluated into one result row."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from fairbench import metrics
+from fairbench.datasets import get_dataset
+from fairbench.methods import FairnessSpec, Fitted, get_method
+from fairbench.privacy import PrivacyBudget
+from fairbench.task import Split, Task
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything that determines a trial's result. Its hash names the trial in the store."""
+
+    dataset: str
+    dataset_options: dict[str, Any] = field(hash=False)
+    method: str
+    label: str
+    hparams: dict[str, Any] = field(hash=False)
+    constraint: str
+    knob: float | None
+    epsilon: float | None  # None: a non-private method
+    delta: float
+    seed: int
+    device: str = "cpu"
+
+    @property
+    def trial_id(self) -> str:
+        """Stable hash of the resolved spec; the device is an execution detail, left out."""
+        data = {k: v for k, v in asdict(self).items() if k != "device"}
+        blob = json.dumps(data, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def config_id(self) -> str:
+        """Hash of the hyperparameters alone: one point on a Pareto plot per (config, knob)."""
+        return hashlib.sha256(json.dumps(self.hparams, sort_keys=True).encode()).hexdigest()[:8]
+
+
+@lru_cache(maxsize=8)
+def _load(dataset: str, options_json: str, seed: int) -> Task:
+    return get_dataset(dataset, **json.loads(options_json)).load(seed)
+
+
+def load_task(spec: TrialSpec) -> Task:
+    """The trial's task, cached per process: trials sharing a seed share its split."""
+    return _load(spec.dataset, json.dumps(spec.dataset_options, sort_keys=True), spec.seed)
+
+
+def evaluate(fitted: Fitted, split: Split, task: Task, constraint: str) -> dict[str, Any]:
+    """Accuracy and fairness of hard (argmax) predictions on one held-out split."""
+    proba = fitted.predict_proba(split.X)
+    pred = proba.argmax(axis=1)
+    out: dict[str, Any] = {
+        "error": metrics.error_rate(split.y, pred),
+        "violation": metrics.VIOLATIONS[constraint](split.y, pred, split.s),
+        "demographic_parity": metrics.demographic_parity_difference(pred, split.s),
+        "equalized_odds": metrics.equalized_odds_difference(split.y, pred, split.s),
+        "group_error": metrics.group_error_rates(split.y, pred, split.s, task.n_groups).tolist(),
+        "group_log_loss": metrics.group_log_losses(split.y, proba, split.s, task.n_groups).tolist(),
+        "false_negative_rate": metrics.false_negative_rate(split.y, pred).tolist(),
+    }
+    if task.n_groups > 2:
+        out["demographic_parity_ovr"] = metrics.demographic_parity_difference_ovr(pred, split.s)
+    return out
+
+
+def run_trial(spec: TrialSpec) -> dict[str, Any]:
+    """Fit and evaluate one trial; the row holds the spec, the outcome and the ledger."""
+    task = load_task(spec)
+    method = get_method(spec.method, **spec.hparams)
+    privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
+    start = time.perf_counter()
+    fitted = method.fit(task, privacy, FairnessSpec(spec.constraint, spec.knob), spec.seed,
+                        spec.device)  # fmt: skip
+    wall = time.perf_counter() - start
+    spent = fitted.ledger.epsilon(spec.delta)
+    if privacy is not None and spent > privacy.epsilon:
+        raise RuntimeError(
+            f"{spec.method} spent epsilon {spent:.6g} > target {privacy.epsilon}: a calibration bug"
+        )
+    val = evaluate(fitted, task.val, task, spec.constraint)
+    test = evaluate(fitted, task.test, task, spec.constraint)
+    return {
+        "trial_id": spec.trial_id,
+        "config_id": spec.config_id,
+        **asdict(spec),
+        "privacy_notion": fitted.privacy_notion if privacy is not None else "non-private",
+        "epsilon_spent": spent,
+        "wall_seconds": wall,
+        "n_train": len(task.train),
+        "group_names": list(task.group_names),
+        "dataset_sha256": task.provenance.sha256,
+        "info": {k: (float(v) if isinstance(v, np.floating) else v)
+                 for k, v in fitted.info.items()},  # fmt: skip
+        "ledger": fitted.ledger.to_json(),
+        **{f"val_{k}": v for k, v in val.items()},
+        **{f"test_{k}": v for k, v in test.items()},
+    }
