@@ -3,20 +3,26 @@
 Preprocessing, as in the prior work the method papers compare against:
 
 - `adult.data` and `adult.test` are concatenated (48,842 rows) and re-split by seed (75/25
-  train/test, stratified on label x group; 15% of train held out for validation).
-- Missing values (`?` in workclass, occupation, native-country) are dropped by default
-  (`missing: drop`, 45,222 rows remain); `missing: category` keeps them as a `?` category.
+  train/test, stratified on label x group; 15% of train held out for validation), as DP-FERMI
+  describes ("around 48,000 entries ... combine ... train-test split of 3:1").
+- Missing values (`?` in workclass, occupation, native-country; 3,620 rows) are kept as a
+  category of their own by default (`missing: category`), which is what one-hot encoding the
+  raw file does in DP-FERMI's public loader. `missing: drop` removes those rows instead
+  (45,222 rows remain).
 - Label: income `>50K` (class 1) vs `<=50K` (class 0); the test file's trailing periods are
   stripped.
-- Categoricals are one-hot encoded over the vocabulary published in `adult.names` (a category
-  no kept row takes is left out: with `missing: drop` that is workclass=Never-worked, whose
-  rows all lack an occupation). The six numeric columns (fnlwgt included) are standardised with
-  training statistics.
+- Categoricals are one-hot encoded over the vocabulary published in `adult.names` (plus `?`
+  when kept); a category no kept row takes is left out (with `missing: drop`, that is
+  workclass=Never-worked, whose rows all lack an occupation). The six numeric columns
+  (fnlwgt included) are standardised with training statistics.
 - The sensitive attribute (sex by default, or race with its 5 values) is not a model input
   unless `include_sensitive: true`.
 
-With the defaults: 45,222 rows and 102 input features (104 with sex as an input), the count
-prior work reports.
+Resulting input features: 106 by default; 102 with `missing: drop`, the count prior work
+reports (it also reports ~48,000 rows, which only keeping the `?` rows gives: the two
+statements cannot both hold with the public vocabulary). Add 2 when sex is an input.
+On this split, scikit-learn's LogisticRegression reaches 0.8526 mean test accuracy over seeds
+0-9 with the default and 0.8478 with `missing: drop`.
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ MISSING = "?"
 class AdultOptions(DatasetOptions):
     sensitive: Literal["sex", "race"] = "sex"
     include_sensitive: bool = False
-    missing: Literal["drop", "category"] = "drop"
+    missing: Literal["drop", "category"] = "category"
 
 
 def read_raw(path: Path) -> pd.DataFrame:
