@@ -10,6 +10,7 @@ against).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Literal
 
@@ -19,6 +20,10 @@ from torch import nn
 
 from fairbench.models import LogisticRegression
 from fairbench.privacy.clipping import clip_and_sum, clip_factors
+
+# opacus's hooks fire on a module whose inputs need no gradient (the data); torch warns each
+# time, though the per-sample parameter gradients are exactly what is wanted.
+warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
 
 PerSampleLoss = Callable[[torch.Tensor], torch.Tensor]  # logits (B, K) -> losses (B,)
 

@@ -66,6 +66,15 @@ def calibrate_noise_multiplier(
     def eps(sigma: float, interval: float = SEARCH_DISCRETISATION) -> float:
         return _sgd_epsilon(sampling_rate, sigma, steps, laplace_scale, delta, interval)
 
+    if laplace_scale is not None:  # no Gaussian noise can make up for the Laplace part alone
+        laplace_only = dp_event.SelfComposedDpEvent(
+            events.poisson_laplace(sampling_rate, laplace_scale), steps
+        )
+        if epsilon(laplace_only, delta, _interval=SEARCH_DISCRETISATION) >= target_epsilon:
+            raise ConfigError(
+                f"the Laplace releases alone (scale {laplace_scale}, {steps} steps) exceed "
+                f"epsilon={target_epsilon}; raise the Laplace scale or epsilon, or lower the steps"
+            )
     hi = 1.0
     while eps(hi) > target_epsilon:
         hi *= 2
@@ -73,8 +82,7 @@ def calibrate_noise_multiplier(
             raise ConfigError(
                 f"cannot reach epsilon={target_epsilon} with {steps} steps at sampling rate "
                 f"{sampling_rate:.4g}"
-                + (f" and Laplace scale {laplace_scale}" if laplace_scale is not None else "")
-                + "; raise epsilon, lower the steps, or raise the Laplace scale"
+                + "; raise epsilon or lower the steps"
             )
     lo = hi / 2
     while lo > 1e-3 and eps(lo) <= target_epsilon:
