@@ -1,0 +1,80 @@
+import json
+
+import pytest
+from dp_accounting import dp_event as de
+from dp_accounting.pld import pld_privacy_accountant
+
+from tests.conftest import needs_adult
+
+
+def independent(q, sigma, steps, laplace=None, delta=1e-5):
+    step = de.PoissonSampledDpEvent(q, de.GaussianDpEvent(sigma))
+    if laplace:
+        step = de.ComposedDpEvent([step, de.PoissonSampledDpEvent(q, de.LaplaceDpEvent(laplace))])
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(step, steps)
+    return accountant.get_epsilon(delta)
+
+
+@pytest.mark.parametrize("laplace", [None, 3.0])
+def test_privacy_epsilon_prints_the_pld_epsilon(cli, laplace):
+    args = ["privacy", "epsilon", "--sampling-rate", "0.02", "--steps", "800",
+            "--noise-multiplier", "1.1", "--delta", "1e-5"]  # fmt: skip
+    if laplace:
+        args += ["--laplace-scale", str(laplace)]
+    code, out, _ = cli(*args)
+    assert code == 0
+    result = json.loads(out)
+    assert result["delta"] == 1e-5
+    assert result["epsilon"] == pytest.approx(independent(0.02, 1.1, 800, laplace), rel=1e-3)
+
+
+def test_privacy_calibrate_both_ways_and_refuses_ambiguity(cli):
+    code, out, _ = cli("privacy", "calibrate", "--sampling-rate", "0.02", "--epsilon", "2",
+                       "--steps", "800")  # fmt: skip
+    sigma = json.loads(out)
+    assert code == 0 and sigma["steps"] == 800 and sigma["epsilon"] <= 2.0
+    assert independent(0.02, sigma["noise_multiplier"], 800) <= 2.0
+    code, out, _ = cli("privacy", "calibrate", "--sampling-rate", "0.02", "--epsilon", "2",
+                       "--noise-multiplier", "1.0")  # fmt: skip
+    steps = json.loads(out)
+    assert code == 0 and independent(0.02, 1.0, steps["steps"]) <= 2.0
+    code, _, err = cli("privacy", "calibrate", "--sampling-rate", "0.02", "--epsilon", "2")
+    assert code == 2 and "exactly one of --steps" in err
+    code, _, err = cli("privacy", "epsilon", "--sampling-rate", "0.02", "--steps", "10",
+                       "--noise-multiplier", "1", "--delta", "2")  # fmt: skip
+    assert code == 2 and "delta must lie strictly between 0 and 1" in err
+
+
+def test_list_commands(cli):
+    code, out, _ = cli("list", "methods")
+    assert code == 0 and "dp-sgd" in out and "erm" in out and "[private]" in out
+    code, out, _ = cli("list", "datasets")
+    assert "adult" in out and "synthetic" in out
+    code, out, _ = cli("list", "configs")
+    assert "default" in out and "smoke" in out
+
+
+@needs_adult
+def test_data_check_verifies_present_files(cli):
+    code, out, _ = cli("data", "check")
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if "adult" in ln)
+    assert "verified" in line and "48,842" in line and "106" in line
+
+
+def test_data_check_flags_corrupted_files(cli, monkeypatch, adult_copy):
+    (adult_copy / "adult" / "adult.test").write_text("garbage")
+    monkeypatch.setenv("FAIRBENCH_DATA", str(adult_copy))
+    code, out, _ = cli("data", "check")
+    assert code == 1 and "corrupted" in out
+
+
+def test_bench_json_reports_medians_and_ratios(cli):
+    code, out, _ = cli("bench", "--json", "--rounds", "2")
+    assert code == 0
+    result = json.loads(out)
+    assert set(result["step_seconds"]) == {"erm", "dp-sgd", "dp-sgd[opacus]"}
+    assert result["ratio_to_dp_sgd"]["dp-sgd"] == 1.0
+    assert all(t > 0 for t in result["step_seconds"].values())
+    assert result["batch_size"] == 512

@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+import torch
+
+from fairbench import metrics
+from fairbench.datasets import get_dataset
+from fairbench.errors import ConfigError
+from fairbench.methods import FairnessSpec, get_method, registry
+from fairbench.privacy import PrivacyBudget, epsilon
+from fairbench.privacy.events import sgd_steps
+from tests.conftest import needs_adult
+
+DP = FairnessSpec("demographic_parity")
+
+
+@pytest.fixture(scope="module")
+def task():
+    return get_dataset("synthetic", n_rows=3000).load(seed=0)
+
+
+def params(fitted):
+    return torch.cat([p.detach().reshape(-1) for p in fitted.model.parameters()])
+
+
+def test_builtin_methods_register_through_entry_points():
+    methods = registry()
+    assert {"erm", "dp-sgd"} <= set(methods)
+    assert methods["dp-sgd"].private and not methods["erm"].private
+
+
+def test_hyperparameters_are_validated():
+    with pytest.raises(ConfigError, match="unknown method 'dpsgd'"):
+        get_method("dpsgd")
+    with pytest.raises(ConfigError, match="hyperparameter 'learning_rate'"):
+        get_method("erm", learning_rate=0.1)
+    with pytest.raises(ConfigError, match="needs noise_multiplier"):
+        get_method("dp-sgd", calibrate="steps")
+    with pytest.raises(ConfigError, match="'lr'"):
+        get_method("dp-sgd", lr=-1)
+
+
+def test_erm_learns_the_synthetic_task(task):
+    fitted = get_method("erm", epochs=10).fit(task, None, DP, seed=0)
+    assert metrics.error_rate(task.test.y, fitted.predict(task.test.X)) < 0.2
+    assert fitted.ledger.entries == [] and fitted.ledger.epsilon(1e-5) == 0.0
+    proba = fitted.predict_proba(task.test.X)
+    assert proba.shape == (len(task.test), 2) and np.allclose(proba.sum(axis=1), 1)
+
+
+def test_dp_sgd_calibrates_noise_and_records_its_mechanism(task):
+    method = get_method("dp-sgd", epochs=5, batch_size=128)
+    fitted = method.fit(task, PrivacyBudget(1.0), DP, seed=0)
+    q = 128 / len(task.train)
+    assert fitted.info["sampling_rate"] == pytest.approx(q)
+    assert fitted.info["steps"] == round(5 / q)
+    (entry,) = fitted.ledger.entries
+    assert entry.event == sgd_steps(q, fitted.info["noise_multiplier"], fitted.info["steps"])
+    spent = fitted.ledger.epsilon(1e-5)
+    assert 0.98 < spent <= 1.0
+    assert metrics.error_rate(task.test.y, fitted.predict(task.test.X)) < 0.25
+
+
+def test_dp_sgd_calibrated_steps_mode(task):
+    method = get_method("dp-sgd", calibrate="steps", noise_multiplier=2.0, batch_size=256)
+    fitted = method.fit(task, PrivacyBudget(2.0), DP, seed=0)
+    q, steps = fitted.info["sampling_rate"], fitted.info["steps"]
+    assert fitted.info["noise_multiplier"] == 2.0
+    assert epsilon(sgd_steps(q, 2.0, steps), 1e-5) <= 2.0 < epsilon(sgd_steps(q, 2.0, steps * 2),
+                                                                      1e-5)  # fmt: skip
+
+
+def test_training_is_seeded_and_the_noise_is_real(task):
+    method = get_method("dp-sgd", epochs=2, batch_size=128)
+    a, b = (method.fit(task, PrivacyBudget(1.0), DP, seed=7) for _ in range(2))
+    assert torch.equal(params(a), params(b))
+    c = method.fit(task, PrivacyBudget(1.0), DP, seed=8)
+    assert not torch.equal(params(a), params(c))
+    # at a tiny epsilon the calibrated noise is ~12x larger: runs differ far more across seeds
+    tight = [params(method.fit(task, PrivacyBudget(0.05), DP, seed=s)) for s in (7, 8)]
+    assert (tight[0] - tight[1]).norm() > 3 * (params(a) - params(c)).norm()
+
+
+def test_dp_sgd_refuses_to_run_without_a_budget_and_runs_an_mlp(task):
+    with pytest.raises(ConfigError, match="is private"):
+        get_method("dp-sgd").fit(task, None, DP, seed=0)
+    fitted = get_method("dp-sgd", model="mlp", hidden=8, epochs=2).fit(
+        task, PrivacyBudget(3.0), DP, seed=0
+    )
+    assert fitted.ledger.epsilon(1e-5) <= 3.0
+    assert metrics.error_rate(task.test.y, fitted.predict(task.test.X)) < 0.3
+
+
+@needs_adult
+def test_real_adult_accuracy_of_the_baselines():
+    """A quick version of the README's 10-seed numbers (make run): seeds 0-2."""
+    erm, private = [], []
+    for seed in range(3):
+        task = get_dataset("adult").load(seed)
+        fit = get_method("erm").fit(task, None, DP, seed)
+        erm.append(1 - metrics.error_rate(task.test.y, fit.predict(task.test.X)))
+        if seed == 0:
+            fit = get_method("dp-sgd").fit(task, PrivacyBudget(1.0), DP, seed)
+            private.append(1 - metrics.error_rate(task.test.y, fit.predict(task.test.X)))
+            dp_gap = metrics.demographic_parity_difference(fit.predict(task.test.X), task.test.s)
+    assert np.mean(erm) >= 0.848
+    assert private[0] >= 0.835
+    assert 0.14 < dp_gap < 0.22

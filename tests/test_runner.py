@@ -1,0 +1,178 @@
+"""The runner end to end through the real CLI entry point, on small generated data."""
+
+import sqlite3
+import textwrap
+
+import pandas as pd
+import pytest
+import yaml
+
+from fairbench.report.aggregate import ci95, dominated
+from fairbench.runner.config import expand, parse_config
+
+SMALL = {
+    "name": "small",
+    "datasets": [{"name": "synthetic", "options": {"n_rows": 800}}],
+    "epsilons": [1.0, 4.0],
+    "seeds": 2,
+    "methods": [
+        {"name": "erm", "hparams": {"epochs": 2}},
+        {"name": "dp-sgd", "hparams": {"epochs": 2, "batch_size": 64}},
+    ],
+}
+
+
+def write_config(tmp_path, data, name="exp.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data) if isinstance(data, dict) else data)
+    return str(path)
+
+
+def read_results(run_dir):
+    with sqlite3.connect(run_dir / "results.sqlite") as db:
+        return dict(db.execute("SELECT trial_id, result FROM trials WHERE status='done'"))
+
+
+def test_grid_expansion_resolves_defaults_and_hashes_trials():
+    specs = expand(parse_config(SMALL), warn=lambda _: None)
+    assert len(specs) == 2 * 1 + 2 * 2  # erm: seeds; dp-sgd: seeds x epsilons
+    dp = [s for s in specs if s.method == "dp-sgd"]
+    assert dp[0].hparams["clip_norm"] == 1.0 and dp[0].hparams["batch_size"] == 64
+    assert {s.epsilon for s in specs if s.method == "erm"} == {None}
+    assert len({s.trial_id for s in specs}) == len(specs)
+    again = expand(parse_config(SMALL), warn=lambda _: None)
+    assert [s.trial_id for s in specs] == [s.trial_id for s in again]
+
+
+def test_sweeps_and_knobs_validate():
+    swept = {**SMALL, "methods": [{"name": "erm", "sweep": {"lr": [0.1, 0.5]}}]}
+    specs = expand(parse_config(swept), warn=lambda _: None)
+    assert sorted({s.hparams["lr"] for s in specs}) == [0.1, 0.5] and len(specs) == 4
+    from fairbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="has no fairness knob"):
+        expand(parse_config({**SMALL, "methods": [{"name": "erm", "knobs": [0.1]}]}))
+    with pytest.raises(ConfigError, match="list target epsilons"):
+        expand(parse_config({**SMALL, "epsilons": []}))
+
+
+def test_missing_data_falls_back_to_synthetic_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAIRBENCH_DATA", str(tmp_path))
+    warnings = []
+    config = {**SMALL, "datasets": [{"name": "adult", "if_missing": "synthetic"}]}
+    specs = expand(parse_config(config), warn=warnings.append)
+    assert {s.dataset for s in specs} == {"synthetic"}
+    assert "falling back to the synthetic dataset" in warnings[0]
+
+
+def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
+    out = tmp_path / "run"
+    config = write_config(tmp_path, SMALL)
+    code, stdout, _ = cli("run", config, "--out", str(out), "--workers", "1", "--quiet")
+    assert code == 0, stdout
+    assert "6 trials run, 0 already done, 0 failed" in stdout
+    for name in ("config.yaml", "results.sqlite", "trials.csv", "pareto.csv", "pareto.md"):
+        assert (out / name).is_file()
+    assert (out / "figures" / "synthetic_demographic_parity_full.png").stat().st_size > 10_000
+    pareto = pd.read_csv(out / "pareto.csv")
+    required = {"dataset", "constraint", "method", "privacy_notion", "epsilon", "delta", "knob",
+                "n_seeds", "test_error_mean", "test_error_ci95", "violation_mean",
+                "violation_ci95", "on_frontier"}  # fmt: skip
+    assert required <= set(pareto.columns)
+    assert sorted(pareto["epsilon"]) == [1.0, 4.0, float("inf")]
+    assert (pareto["n_seeds"] == 2).all()
+    dp = pareto[pareto["method"] == "dp-sgd"]
+    assert (dp["epsilon_spent_max"] <= dp["epsilon"]).all()
+    assert set(pareto.loc[pareto["method"] == "erm", "privacy_notion"]) == {"non-private"}
+    trials = pd.read_csv(out / "trials.csv")
+    assert len(trials) == 6 and trials["ledger"].str.contains("PoissonSampledDpEvent").sum() == 4
+
+    first = read_results(out)
+    code, stdout, _ = cli("run", config, "--out", str(out), "--workers", "1", "--quiet")
+    assert code == 0 and "0 trials run, 6 already done" in stdout
+
+    # a run killed part-way: drop three finished trials, resume, get identical numbers back
+    with sqlite3.connect(out / "results.sqlite") as db:
+        db.execute("DELETE FROM trials WHERE trial_id IN "
+                   "(SELECT trial_id FROM trials ORDER BY trial_id LIMIT 3)")  # fmt: skip
+    code, stdout, _ = cli("run", "--resume", str(out), "--workers", "1", "--quiet")
+    assert code == 0 and "3 trials run, 3 already done" in stdout
+    resumed = read_results(out)
+    strip = lambda rows: {k: {f: v for f, v in yaml.safe_load(r).items()  # noqa: E731
+                              if f != "wall_seconds"} for k, r in rows.items()}  # fmt: skip
+    assert strip(resumed) == strip(first)
+
+    other = write_config(tmp_path, {**SMALL, "seeds": 3}, "other.yaml")
+    code, _, stderr = cli("run", other, "--out", str(out), "--quiet")
+    assert code == 2 and "holds a run of a different config" in stderr
+
+
+def test_worker_processes_give_the_same_numbers(cli, tmp_path):
+    config = write_config(tmp_path, {**SMALL, "epsilons": [1.0]})
+    for workers in ("1", "2"):
+        code, _, _ = cli("run", config, "--out", str(tmp_path / workers), "--workers", workers,
+                         "--quiet")  # fmt: skip
+        assert code == 0
+    one = pd.read_csv(tmp_path / "1" / "trials.csv").set_index("trial_id").sort_index()
+    two = pd.read_csv(tmp_path / "2" / "trials.csv").set_index("trial_id").sort_index()
+    assert one["test_error"].equals(two["test_error"])
+    assert one["epsilon_spent"].equals(two["epsilon_spent"])
+
+
+BAD_CONFIGS = {
+    "malformed YAML": ("name: x\nmethods: [erm\n", "malformed YAML"),
+    "unknown key": ({**SMALL, "epsilonz": [1]}, "unknown config key 'epsilonz'"),
+    "unknown dataset": ({**SMALL, "datasets": ["adlt"]}, "unknown dataset 'adlt'"),
+    "unknown method": ({**SMALL, "methods": ["dp_sgd"]}, "unknown method 'dp_sgd'"),
+    "epsilon zero": ({**SMALL, "epsilons": [0.0]}, "epsilon must be a finite number > 0"),
+    "epsilon negative": ({**SMALL, "epsilons": [-1]}, "epsilon must be a finite number > 0"),
+    "delta one": ({**SMALL, "delta": 1.0}, "delta must lie strictly between 0 and 1"),
+    "delta zero": ({**SMALL, "delta": 0}, "delta must lie strictly between 0 and 1"),
+    "bad hparam": ({**SMALL, "methods": [{"name": "erm", "hparams": {"lr": "fast"}}]},
+                   "hyperparameter 'lr'"),
+    "bad constraint": ({**SMALL, "constraint": "parity"}, "unknown constraint 'parity'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_input_is_one_error_line_and_writes_nothing(cli, tmp_path, case):
+    data, message = BAD_CONFIGS[case]
+    out = tmp_path / "run"
+    code, stdout, stderr = cli("run", write_config(tmp_path, data), "--out", str(out), "--quiet")
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], stderr
+    assert not out.exists()
+
+
+def test_missing_and_corrupted_data_are_refused_before_anything_is_written(
+    cli, tmp_path, monkeypatch, adult_copy
+):
+    config = write_config(tmp_path, {**SMALL, "datasets": ["adult"]})
+    out = tmp_path / "run"
+    monkeypatch.setenv("FAIRBENCH_DATA", str(tmp_path / "empty"))
+    code, _, stderr = cli("run", config, "--out", str(out), "--quiet")
+    assert code == 2 and "missing data file" in stderr and str(tmp_path / "empty") in stderr
+    assert "fairbench data fetch adult" in stderr and not out.exists()
+
+    path = adult_copy / "adult" / "adult.data"
+    path.write_text("\n".join(path.read_text().splitlines()[:-50]))  # truncated rows
+    monkeypatch.setenv("FAIRBENCH_DATA", str(adult_copy))
+    code, _, stderr = cli("run", config, "--out", str(out), "--quiet")
+    assert code == 2 and "checksum mismatch" in stderr and not out.exists()
+
+
+def test_pareto_helpers():
+    errors = pd.Series([0.1, 0.2, 0.15]).to_numpy()
+    violations = pd.Series([0.2, 0.05, 0.25]).to_numpy()
+    assert dominated(errors, violations).tolist() == [False, False, True]
+    assert ci95(pd.Series([1.0, 2.0, 3.0])) == pytest.approx(4.302652729911275 * 1 / 3**0.5)
+    assert pd.isna(ci95(pd.Series([1.0])))
+
+
+def test_report_needs_a_run_directory(cli, tmp_path):
+    code, _, stderr = cli("report", str(tmp_path))
+    assert code == 2 and "has no results store" in stderr
+    code, _, stderr = cli("run", "--resume", str(tmp_path), "--quiet")
+    assert code == 2 and "is not a run directory" in stderr
+    assert textwrap.dedent(stderr).count("\n") == 1
