@@ -6,10 +6,11 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fairbench.errors import ConfigError, DataError, FairbenchError
@@ -31,11 +32,9 @@ err_console = Console(stderr=True)
 @app.command()
 def run(
     config: Annotated[str, typer.Argument(help="YAML path or bundled config name")] = "default",
-    out: Annotated[Optional[Path], typer.Option(help="run directory (default runs/NAME)")] = None,
-    resume: Annotated[
-        Optional[Path], typer.Option(help="continue the run in this directory")
-    ] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="processes (default: cores)")] = None,
+    out: Annotated[Path | None, typer.Option(help="run directory (default runs/NAME)")] = None,
+    resume: Annotated[Path | None, typer.Option(help="continue the run in this directory")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar (for CI)")] = False,
 ) -> None:
     """Run an experiment grid into a run directory, then write its report."""
@@ -161,7 +160,7 @@ def privacy_epsilon(
     noise_multiplier: Annotated[float, typer.Option(help="Gaussian noise multiplier sigma")],
     delta: Annotated[float, typer.Option(help="target delta")] = 1e-5,
     laplace_scale: Annotated[
-        Optional[float], typer.Option(help="per-step Laplace scale b (sensitivity 1)")
+        float | None, typer.Option(help="per-step Laplace scale b (sensitivity 1)")
     ] = None,
 ) -> None:
     """Epsilon of T Poisson-sampled Gaussian steps (each with a Laplace count if given)."""
@@ -181,11 +180,9 @@ def privacy_calibrate(
     sampling_rate: Annotated[float, typer.Option(help="Poisson sampling rate q")],
     epsilon: Annotated[float, typer.Option(help="target epsilon")],
     delta: Annotated[float, typer.Option(help="target delta")] = 1e-5,
-    steps: Annotated[Optional[int], typer.Option(help="fix T, solve for sigma")] = None,
-    noise_multiplier: Annotated[
-        Optional[float], typer.Option(help="fix sigma, solve for T")
-    ] = None,
-    laplace_scale: Annotated[Optional[float], typer.Option(help="per-step Laplace scale")] = None,
+    steps: Annotated[int | None, typer.Option(help="fix T, solve for sigma")] = None,
+    noise_multiplier: Annotated[float | None, typer.Option(help="fix sigma, solve for T")] = None,
+    laplace_scale: Annotated[float | None, typer.Option(help="per-step Laplace scale")] = None,
 ) -> None:
     """Solve for the noise multiplier (given --steps) or the steps (given --noise-multiplier)."""
     from fairbench.privacy import calibrate_noise_multiplier, calibrate_steps
@@ -193,7 +190,9 @@ def privacy_calibrate(
     from fairbench.privacy.events import sgd_steps
 
     if (steps is None) == (noise_multiplier is None):
-        raise ConfigError("give exactly one of --steps (solve sigma) or --noise-multiplier (solve T)")
+        raise ConfigError(
+            "give exactly one of --steps (solve sigma) or --noise-multiplier (solve T)"
+        )
     if steps is not None:
         noise_multiplier = calibrate_noise_multiplier(
             sampling_rate, steps, epsilon, delta, laplace_scale
@@ -223,7 +222,8 @@ def bench(
     for col in ("method", "median ms / step", "ratio to dp-sgd"):
         table.add_column(col)
     for name, seconds in result["step_seconds"].items():
-        table.add_row(name, f"{seconds * 1e3:.3f}", f"{result['ratio_to_dp_sgd'][name]:.2f}")
+        ratio = result["ratio_to_dp_sgd"][name]
+        table.add_row(escape(name), f"{seconds * 1e3:.3f}", f"{ratio:.2f}")
     console.print(table)
 
 

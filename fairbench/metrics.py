@@ -40,7 +40,9 @@ def demographic_parity_difference(y_pred: np.ndarray, sensitive: np.ndarray) -> 
     """
     y_pred, sensitive = _check(y_pred, sensitive)
     k = _n_classes(y_pred)
-    rates = [r for g in np.unique(sensitive) if (r := _rates(y_pred, sensitive == g, k)) is not None]
+    rates = [
+        r for g in np.unique(sensitive) if (r := _rates(y_pred, sensitive == g, k)) is not None
+    ]
     if len(rates) < 2:
         return 0.0
     stacked = np.stack(rates)

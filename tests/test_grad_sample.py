@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from fairbench.models import MLP, LogisticRegression
-from fairbench.models.grad_sample import ClippedGradients
+from fairbench.models.grad_sample import ClippedGradients, CrossEntropy
 
 
 def _model(cls, *args):
@@ -72,9 +72,25 @@ def test_generic_engine_handles_an_mlp_and_an_empty_batch():
     engine = ClippedGradients(_model(MLP, 7, 3, 5))
     ours = engine(x, lambda z: F.cross_entropy(z, y, reduction="none"), 0.5)
     loop = per_sample_reference(
-        _model(MLP, 7, 3, 5), x, lambda z, i: F.cross_entropy(z, y[i : i + 1], reduction="none"), 0.5
+        _model(MLP, 7, 3, 5),
+        x,
+        lambda z, i: F.cross_entropy(z, y[i : i + 1], reduction="none"),
+        0.5,
     )
     for a, b in zip(ours, loop, strict=True):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
     empty = engine(x[:0], lambda z: F.cross_entropy(z, y[:0], reduction="none"), 1)
     assert all(torch.count_nonzero(g) == 0 for g in empty)
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e6])
+def test_closed_form_cross_entropy_equals_opacus(max_norm):
+    x, y = _data()
+    loss = CrossEntropy(y)
+    z = torch.randn(len(y), 3, requires_grad=True)
+    (auto,) = torch.autograd.grad(loss(z).sum(), z)
+    assert torch.allclose(loss.logit_grad(z.detach()), auto, atol=1e-6)
+    fast = ClippedGradients(_model(LogisticRegression, 7, 3))(x, loss, max_norm)
+    generic = ClippedGradients(_model(LogisticRegression, 7, 3), engine="opacus")(x, loss, max_norm)
+    for a, b in zip(fast, generic, strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)

@@ -105,3 +105,31 @@ def test_real_adult_accuracy_of_the_baselines():
     assert np.mean(erm) >= 0.848
     assert private[0] >= 0.835
     assert 0.14 < dp_gap < 0.22
+
+
+def test_poisson_batches_include_every_record_independently_at_rate_q():
+    from fairbench.methods._training import poisson_batches
+
+    n, q, draws = 400, 0.05, 4000
+    gen = torch.Generator().manual_seed(0)
+    next_batch = poisson_batches(n, q, gen, torch.device("cpu"))
+    counts = torch.zeros(n)
+    sizes = []
+    for _ in range(draws):
+        idx = next_batch()
+        assert torch.all(idx[1:] > idx[:-1]) and (
+            idx.numel() == 0 or 0 <= idx.min() <= idx.max() < n
+        )
+        counts[idx] += 1
+        sizes.append(len(idx))
+    sizes = torch.tensor(sizes, dtype=torch.float64)
+    assert sizes.mean().item() == pytest.approx(n * q, rel=0.02)  # Binomial(n, q) size
+    assert sizes.var().item() == pytest.approx(n * q * (1 - q), rel=0.1)
+    freq = counts / draws  # each record's inclusion rate; sd per record ~ 0.0034
+    assert freq.mean().item() == pytest.approx(q, rel=0.02)
+    assert (freq - q).abs().max().item() < 0.02
+    # the first and last records are as likely as any other (no edge effect)
+    assert counts[:20].mean().item() / draws == pytest.approx(q, abs=0.006)
+    assert counts[-20:].mean().item() / draws == pytest.approx(q, abs=0.006)
+    full = poisson_batches(10, 1.0, gen, torch.device("cpu"))()
+    assert full.tolist() == list(range(10))

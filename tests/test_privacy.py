@@ -60,8 +60,10 @@ def test_pure_laplace_composition_respects_its_closed_form():
     assert eps > 1.2
 
 
-@pytest.mark.parametrize(("q", "steps", "target", "laplace"),
-                         [(0.0164, 1216, 1.0, None), (0.01, 2000, 3.0, 2.0), (0.1, 50, 0.5, None)])
+@pytest.mark.parametrize(
+    ("q", "steps", "target", "laplace"),
+    [(0.0164, 1216, 1.0, None), (0.01, 2000, 3.0, 2.0), (0.1, 50, 0.5, None)],
+)
 def test_calibrated_noise_meets_the_target_tightly(q, steps, target, laplace):
     sigma = calibrate_noise_multiplier(q, steps, target, DELTA, laplace)
     assert epsilon(sgd_steps(q, sigma, steps, laplace), DELTA) <= target
@@ -82,8 +84,10 @@ def test_infeasible_calibrations_are_config_errors():
         calibrate_noise_multiplier(0.5, 1000, 0.5, DELTA, laplace_scale=0.5)
 
 
-@pytest.mark.parametrize(("eps", "delta"), [(0, 1e-5), (-1, 1e-5), (math.inf, 1e-5),
-                                            (math.nan, 1e-5), (1, 0), (1, 1), (1, 1.5)])
+@pytest.mark.parametrize(
+    ("eps", "delta"),
+    [(0, 1e-5), (-1, 1e-5), (math.inf, 1e-5), (math.nan, 1e-5), (1, 0), (1, 1), (1, 1.5)],
+)
 def test_invalid_budgets_are_refused(eps, delta):
     with pytest.raises(ConfigError):
         PrivacyBudget(eps, delta)

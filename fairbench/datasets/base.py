@@ -58,9 +58,7 @@ class Dataset(ABC):
         """Read, preprocess and split the data; the seed fixes the split."""
 
 
-def stratified_split(
-    strata: np.ndarray, seed: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stratified_split(strata: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Train / validation / test indices, stratified on `strata` (e.g. label x group).
 
     Test takes 25% of every stratum, validation 15% of what remains; each part is sorted so

@@ -115,5 +115,7 @@ def resolve_device(device: Device) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' requested but no CUDA device is available; use cpu or auto")
+        raise ConfigError(
+            "device 'cuda' requested but no CUDA device is available; use cpu or auto"
+        )
     return torch.device(device)

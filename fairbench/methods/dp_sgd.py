@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from fairbench.errors import ConfigError
@@ -27,7 +26,7 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
-from fairbench.models.grad_sample import ClippedGradients
+from fairbench.models.grad_sample import ClippedGradients, CrossEntropy
 from fairbench.privacy import (
     PrivacyBudget,
     PrivacyLedger,
@@ -91,8 +90,8 @@ class DPSGD(Method):
 
         def step() -> None:
             idx = next_batch()
-            yb = y[idx]
-            sums = clipped(x[idx], lambda z: F.cross_entropy(z, yb, reduction="none"), hp.clip_norm)
+            loss = CrossEntropy(y.index_select(0, idx))
+            sums = clipped(x.index_select(0, idx), loss, hp.clip_norm)
             noisy = add_gaussian_noise(sums, sigma * hp.clip_norm, gen)
             with torch.no_grad():
                 for p, g in zip(params, noisy, strict=True):

@@ -47,7 +47,7 @@ class ERM(Method):
         def step() -> None:
             idx = next_batch()
             optimiser.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            F.cross_entropy(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
             optimiser.step()
 
         steps = math.ceil(hp.epochs * len(y) / hp.batch_size)

@@ -24,18 +24,18 @@ MAX_NOISE_MULTIPLIER = 1e4
 MAX_STEPS = 10_000_000
 
 
-def epsilon(event: dp_event.DpEvent, delta: float, *, _interval: float = REPORT_DISCRETISATION
-            ) -> float:
+def epsilon(
+    event: dp_event.DpEvent, delta: float, *, _interval: float = REPORT_DISCRETISATION
+) -> float:
     """Epsilon of `event` at `delta` by the suite's PLD accountant (inf if it cannot be met)."""
-    accountant = pld_privacy_accountant.PLDAccountant(
-        value_discretization_interval=_interval
-    )
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=_interval)
     accountant.compose(event)
     return float(accountant.get_epsilon(delta))
 
 
-def _sgd_epsilon(q: float, sigma: float, steps: int, laplace: float | None, delta: float,
-                 interval: float) -> float:
+def _sgd_epsilon(
+    q: float, sigma: float, steps: int, laplace: float | None, delta: float, interval: float
+) -> float:
     return epsilon(events.sgd_steps(q, sigma, steps, laplace), delta, _interval=interval)
 
 
@@ -81,8 +81,7 @@ def calibrate_noise_multiplier(
         if hi > MAX_NOISE_MULTIPLIER:
             raise ConfigError(
                 f"cannot reach epsilon={target_epsilon} with {steps} steps at sampling rate "
-                f"{sampling_rate:.4g}"
-                + "; raise epsilon or lower the steps"
+                f"{sampling_rate:.4g}" + "; raise epsilon or lower the steps"
             )
     lo = hi / 2
     while lo > 1e-3 and eps(lo) <= target_epsilon:

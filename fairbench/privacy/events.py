@@ -15,9 +15,7 @@ from dp_accounting import dp_event
 def poisson_gaussian(sampling_rate: float, noise_multiplier: float) -> dp_event.DpEvent:
     """One Gaussian sum of clipped contributions (sensitivity 1 in units of the clip norm)
     over a Poisson-sampled batch."""
-    return dp_event.PoissonSampledDpEvent(
-        sampling_rate, dp_event.GaussianDpEvent(noise_multiplier)
-    )
+    return dp_event.PoissonSampledDpEvent(sampling_rate, dp_event.GaussianDpEvent(noise_multiplier))
 
 
 def poisson_laplace(sampling_rate: float, scale: float) -> dp_event.DpEvent:

@@ -62,6 +62,8 @@ def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
         points.loc[idx, "on_frontier"] = ~dominated(
             panel["test_error_mean"].to_numpy(), panel["violation_mean"].to_numpy()
         )
-    return points[PARETO_COLUMNS].sort_values(
-        [*PANEL, "violation_mean", "test_error_mean"], kind="stable"
-    ).reset_index(drop=True)
+    return (
+        points[PARETO_COLUMNS]
+        .sort_values([*PANEL, "violation_mean", "test_error_mean"], kind="stable")
+        .reset_index(drop=True)
+    )

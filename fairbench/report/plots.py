@@ -10,10 +10,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from fairbench.report.aggregate import dominated  # noqa: E402
+from fairbench.report.aggregate import dominated
 
 
 def _series(ax, points: pd.DataFrame, style: dict) -> None:
@@ -40,12 +40,13 @@ def trade_off_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
     reference = points[points["epsilon"].map(math.isinf)]
     private = points[~points["epsilon"].map(math.isinf)]
     keys = ["dataset", "constraint"]
-    figures = (
-        [((d, c, n), grp) for (d, c, n), grp in private.groupby([*keys, "privacy_notion"])]
-        or [((d, c, "non-private"), grp) for (d, c), grp in reference.groupby(keys)]
-    )
+    figures = [
+        ((d, c, n), grp) for (d, c, n), grp in private.groupby([*keys, "privacy_notion"])
+    ] or [((d, c, "non-private"), grp) for (d, c), grp in reference.groupby(keys)]
     for (dataset, constraint, notion), grp in figures:
-        refs = reference[(reference["dataset"] == dataset) & (reference["constraint"] == constraint)]
+        refs = reference[
+            (reference["dataset"] == dataset) & (reference["constraint"] == constraint)
+        ]
         epsilons = sorted(grp["epsilon"].unique())
         fig, axes = plt.subplots(1, len(epsilons), figsize=(4.2 * len(epsilons), 3.6),
                                  squeeze=False, sharey=True)  # fmt: skip

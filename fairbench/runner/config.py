@@ -97,7 +97,9 @@ def load_config(name_or_path: str) -> ExperimentConfig:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} malformed YAML ({getattr(exc, 'problem', exc)})") from None
+        raise ConfigError(
+            f"{path}:{where} malformed YAML ({getattr(exc, 'problem', exc)})"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
     return parse_config(data, str(path))
@@ -143,7 +145,8 @@ def expand(config: ExperimentConfig, warn=print) -> list[TrialSpec]:
             raw = {**entry.hparams, **dict(zip(sweep_keys, values, strict=True))}
             hparams = get_method(entry.name, **raw).hparams.model_dump()
             for knob, eps, seed in itertools.product(
-                entry.knobs or [None], config.epsilons if cls.private else [None],
+                entry.knobs or [None],
+                config.epsilons if cls.private else [None],
                 config.seed_list,
             ):
                 specs.append(TrialSpec(

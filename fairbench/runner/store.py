@@ -84,9 +84,7 @@ class ResultStore:
             )
 
     def results(self) -> list[dict[str, Any]]:
-        rows = self._db.execute(
-            "SELECT result FROM trials WHERE status='done' ORDER BY trial_id"
-        )
+        rows = self._db.execute("SELECT result FROM trials WHERE status='done' ORDER BY trial_id")
         return [_decode(r[0]) for r in rows]
 
     def failures(self) -> list[tuple[str, str]]:

@@ -102,8 +102,9 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
         "n_train": len(task.train),
         "group_names": list(task.group_names),
         "dataset_sha256": task.provenance.sha256,
-        "info": {k: (float(v) if isinstance(v, np.floating) else v)
-                 for k, v in fitted.info.items()},  # fmt: skip
+        "info": {
+            k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()
+        },  # fmt: skip
         "ledger": fitted.ledger.to_json(),
         **{f"val_{k}": v for k, v in val.items()},
         **{f"test_{k}": v for k, v in test.items()},
