@@ -121,8 +121,14 @@ def data_check() -> None:
         except DataError as exc:
             missing = "missing data file" in str(exc)
             bad |= not missing
-            table.add_row(name, "missing" if missing else "[red]corrupted[/red]", "", "", "",
-                          str(exc) if not missing else "")  # fmt: skip
+            table.add_row(
+                name,
+                "missing" if missing else "[red]corrupted[/red]",
+                "",
+                "",
+                "",
+                str(exc) if not missing else "",
+            )
             continue
         splits = (task.train, task.val, task.test)
         rows = sum(len(s) for s in splits)
@@ -132,8 +138,14 @@ def data_check() -> None:
             positives = sum(int(((s.s == g) & (s.y == 1)).sum()) for s in splits)
             rates.append(f"{group}: {positives / max(members, 1):.3f}")
         status = "verified" if cls.files else "generated"
-        table.add_row(name, f"[green]{status}[/green]", f"{rows:,}", str(task.n_features),
-                      str(task.n_groups), ", ".join(rates))  # fmt: skip
+        table.add_row(
+            name,
+            f"[green]{status}[/green]",
+            f"{rows:,}",
+            str(task.n_features),
+            str(task.n_groups),
+            ", ".join(rates),
+        )
     console.print(table)
     if bad:
         raise typer.Exit(1)
@@ -200,8 +212,17 @@ def privacy_calibrate(
     else:
         steps = calibrate_steps(sampling_rate, noise_multiplier, epsilon, delta, laplace_scale)
     spent = account(sgd_steps(sampling_rate, noise_multiplier, steps, laplace_scale), delta)
-    print(json.dumps({"noise_multiplier": noise_multiplier, "steps": steps, "epsilon": spent,
-                      "target_epsilon": epsilon, "delta": delta}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "noise_multiplier": noise_multiplier,
+                "steps": steps,
+                "epsilon": spent,
+                "target_epsilon": epsilon,
+                "delta": delta,
+            }
+        )
+    )
 
 
 @app.command()

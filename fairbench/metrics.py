@@ -101,9 +101,13 @@ def group_error_rates(
     """Per group g: error rate among members of g (NaN for an empty group)."""
     y_true, y_pred, sensitive = _check(y_true, y_pred, sensitive)
     return np.array(
-        [error_rate(y_true[sensitive == g], y_pred[sensitive == g]) if (sensitive == g).any()
-         else np.nan for g in range(n_groups)]
-    )  # fmt: skip
+        [
+            error_rate(y_true[sensitive == g], y_pred[sensitive == g])
+            if (sensitive == g).any()
+            else np.nan
+            for g in range(n_groups)
+        ]
+    )
 
 
 def group_log_losses(
@@ -113,9 +117,11 @@ def group_log_losses(
     y_true, sensitive = _check(y_true, sensitive)
     losses = -np.log(np.clip(proba[np.arange(len(y_true)), y_true], 1e-12, 1.0))
     return np.array(
-        [losses[sensitive == g].mean() if (sensitive == g).any() else np.nan
-         for g in range(n_groups)]
-    )  # fmt: skip
+        [
+            losses[sensitive == g].mean() if (sensitive == g).any() else np.nan
+            for g in range(n_groups)
+        ]
+    )
 
 
 # The violation a trial reports for each constraint name a config may give.

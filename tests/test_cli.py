@@ -18,8 +18,18 @@ def independent(q, sigma, steps, laplace=None, delta=1e-5):
 
 @pytest.mark.parametrize("laplace", [None, 3.0])
 def test_privacy_epsilon_prints_the_pld_epsilon(cli, laplace):
-    args = ["privacy", "epsilon", "--sampling-rate", "0.02", "--steps", "800",
-            "--noise-multiplier", "1.1", "--delta", "1e-5"]  # fmt: skip
+    args = [
+        "privacy",
+        "epsilon",
+        "--sampling-rate",
+        "0.02",
+        "--steps",
+        "800",
+        "--noise-multiplier",
+        "1.1",
+        "--delta",
+        "1e-5",
+    ]
     if laplace:
         args += ["--laplace-scale", str(laplace)]
     code, out, _ = cli(*args)
@@ -30,19 +40,38 @@ def test_privacy_epsilon_prints_the_pld_epsilon(cli, laplace):
 
 
 def test_privacy_calibrate_both_ways_and_refuses_ambiguity(cli):
-    code, out, _ = cli("privacy", "calibrate", "--sampling-rate", "0.02", "--epsilon", "2",
-                       "--steps", "800")  # fmt: skip
+    code, out, _ = cli(
+        "privacy", "calibrate", "--sampling-rate", "0.02", "--epsilon", "2", "--steps", "800"
+    )
     sigma = json.loads(out)
     assert code == 0 and sigma["steps"] == 800 and sigma["epsilon"] <= 2.0
     assert independent(0.02, sigma["noise_multiplier"], 800) <= 2.0
-    code, out, _ = cli("privacy", "calibrate", "--sampling-rate", "0.02", "--epsilon", "2",
-                       "--noise-multiplier", "1.0")  # fmt: skip
+    code, out, _ = cli(
+        "privacy",
+        "calibrate",
+        "--sampling-rate",
+        "0.02",
+        "--epsilon",
+        "2",
+        "--noise-multiplier",
+        "1.0",
+    )
     steps = json.loads(out)
     assert code == 0 and independent(0.02, 1.0, steps["steps"]) <= 2.0
     code, _, err = cli("privacy", "calibrate", "--sampling-rate", "0.02", "--epsilon", "2")
     assert code == 2 and "exactly one of --steps" in err
-    code, _, err = cli("privacy", "epsilon", "--sampling-rate", "0.02", "--steps", "10",
-                       "--noise-multiplier", "1", "--delta", "2")  # fmt: skip
+    code, _, err = cli(
+        "privacy",
+        "epsilon",
+        "--sampling-rate",
+        "0.02",
+        "--steps",
+        "10",
+        "--noise-multiplier",
+        "1",
+        "--delta",
+        "2",
+    )
     assert code == 2 and "delta must lie strictly between 0 and 1" in err
 
 

@@ -16,7 +16,7 @@ def test_builtin_adapters_register_through_entry_points():
 
 
 def test_unknown_dataset_and_unknown_option_are_config_errors():
-    with pytest.raises(ConfigError, match="unknown dataset 'adlt'.*known datasets: adult"):
+    with pytest.raises(ConfigError, match=r"unknown dataset 'adlt'.*known datasets: adult"):
         get_dataset("adlt")
     with pytest.raises(ConfigError, match="option 'sensitve'"):
         get_dataset("adult", sensitve="race")
@@ -38,9 +38,12 @@ def test_stratified_split_fractions_disjoint_and_deterministic():
 @needs_adult
 @pytest.mark.parametrize(
     ("options", "rows", "features"),
-    [({}, 48_842, 106), ({"missing": "drop"}, 45_222, 102),
-     ({"missing": "drop", "include_sensitive": True}, 45_222, 104)],
-)  # fmt: skip
+    [
+        ({}, 48_842, 106),
+        ({"missing": "drop"}, 45_222, 102),
+        ({"missing": "drop", "include_sensitive": True}, 45_222, 104),
+    ],
+)
 def test_adult_rows_and_features(options, rows, features):
     task = Adult(**options).load(seed=0)
     assert len(task.train) + len(task.val) + len(task.test) == rows
@@ -89,14 +92,16 @@ def test_missing_data_directory_names_the_path_and_the_fix(tmp_path):
 def test_checksum_mismatch_is_refused(adult_copy):
     path = adult_copy / "adult" / "adult.test"
     path.write_bytes(path.read_bytes()[:-500])  # truncated
-    with pytest.raises(DataError, match="checksum mismatch .*adult.test"):
+    with pytest.raises(DataError, match=r"checksum mismatch .*adult\.test"):
         Adult().load(seed=0, root=adult_copy)
 
 
 def test_strict_parser_reports_truncated_rows_and_bad_labels(tmp_path):
     path = tmp_path / "adult.data"
-    good = "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, " \
-           "White, Male, 2174, 0, 40, United-States, <=50K\n"  # fmt: skip
+    good = (
+        "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, "
+        "White, Male, 2174, 0, 40, United-States, <=50K\n"
+    )
     path.write_text(good + "50, Self-emp-not-inc, 83311, Bachelors\n")
     with pytest.raises(DataError, match="line 2 has 4 fields, expected 15"):
         read_raw(path)

@@ -46,13 +46,15 @@ def test_linear_fast_path_equals_opacus_and_the_loop(max_norm, loss_kind):
             return F.cross_entropy(logits, y[rows], reduction="none")
         return (torch.softmax(logits / 0.7, dim=1) * weights).sum(dim=1) ** 2
 
-    fast = ClippedGradients(_model(LogisticRegression, 7, 3))(x, lambda z: loss(z, slice(None)),
-                                                             max_norm)  # fmt: skip
+    fast = ClippedGradients(_model(LogisticRegression, 7, 3))(
+        x, lambda z: loss(z, slice(None)), max_norm
+    )
     generic = ClippedGradients(_model(LogisticRegression, 7, 3), engine="opacus")(
         x, lambda z: loss(z, slice(None)), max_norm
     )
-    loop = per_sample_reference(_model(LogisticRegression, 7, 3), x,
-                                lambda z, i: loss(z, slice(i, i + 1)), max_norm)  # fmt: skip
+    loop = per_sample_reference(
+        _model(LogisticRegression, 7, 3), x, lambda z, i: loss(z, slice(i, i + 1)), max_norm
+    )
     for a, b, c in zip(fast, generic, loop, strict=True):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
         assert torch.allclose(a, c, rtol=1e-4, atol=1e-6)

@@ -65,8 +65,9 @@ def test_dp_sgd_calibrated_steps_mode(task):
     fitted = method.fit(task, PrivacyBudget(2.0), DP, seed=0)
     q, steps = fitted.info["sampling_rate"], fitted.info["steps"]
     assert fitted.info["noise_multiplier"] == 2.0
-    assert epsilon(sgd_steps(q, 2.0, steps), 1e-5) <= 2.0 < epsilon(sgd_steps(q, 2.0, steps * 2),
-                                                                      1e-5)  # fmt: skip
+    assert (
+        epsilon(sgd_steps(q, 2.0, steps), 1e-5) <= 2.0 < epsilon(sgd_steps(q, 2.0, steps * 2), 1e-5)
+    )
 
 
 def test_training_is_seeded_and_the_noise_is_real(task):

@@ -1,5 +1,6 @@
 """The runner end to end through the real CLI entry point, on small generated data."""
 
+import json
 import sqlite3
 import textwrap
 
@@ -26,6 +27,14 @@ def write_config(tmp_path, data, name="exp.yaml"):
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data) if isinstance(data, dict) else data)
     return str(path)
+
+
+def without_timing(rows):
+    """Result rows keyed by trial, minus wall time (the only field allowed to differ)."""
+    return {
+        key: {k: v for k, v in json.loads(row).items() if k != "wall_seconds"}
+        for key, row in rows.items()
+    }
 
 
 def read_results(run_dir):
@@ -75,9 +84,21 @@ def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
         assert (out / name).is_file()
     assert (out / "figures" / "synthetic_demographic_parity_full.png").stat().st_size > 10_000
     pareto = pd.read_csv(out / "pareto.csv")
-    required = {"dataset", "constraint", "method", "privacy_notion", "epsilon", "delta", "knob",
-                "n_seeds", "test_error_mean", "test_error_ci95", "violation_mean",
-                "violation_ci95", "on_frontier"}  # fmt: skip
+    required = {
+        "dataset",
+        "constraint",
+        "method",
+        "privacy_notion",
+        "epsilon",
+        "delta",
+        "knob",
+        "n_seeds",
+        "test_error_mean",
+        "test_error_ci95",
+        "violation_mean",
+        "violation_ci95",
+        "on_frontier",
+    }
     assert required <= set(pareto.columns)
     assert sorted(pareto["epsilon"]) == [1.0, 4.0, float("inf")]
     assert (pareto["n_seeds"] == 2).all()
@@ -93,14 +114,14 @@ def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
 
     # a run killed part-way: drop three finished trials, resume, get identical numbers back
     with sqlite3.connect(out / "results.sqlite") as db:
-        db.execute("DELETE FROM trials WHERE trial_id IN "
-                   "(SELECT trial_id FROM trials ORDER BY trial_id LIMIT 3)")  # fmt: skip
+        db.execute(
+            "DELETE FROM trials WHERE trial_id IN "
+            "(SELECT trial_id FROM trials ORDER BY trial_id LIMIT 3)"
+        )
     code, stdout, _ = cli("run", "--resume", str(out), "--workers", "1", "--quiet")
     assert code == 0 and "3 trials run, 3 already done" in stdout
     resumed = read_results(out)
-    strip = lambda rows: {k: {f: v for f, v in yaml.safe_load(r).items()  # noqa: E731
-                              if f != "wall_seconds"} for k, r in rows.items()}  # fmt: skip
-    assert strip(resumed) == strip(first)
+    assert without_timing(resumed) == without_timing(first)
 
     other = write_config(tmp_path, {**SMALL, "seeds": 3}, "other.yaml")
     code, _, stderr = cli("run", other, "--out", str(out), "--quiet")
@@ -110,8 +131,9 @@ def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
 def test_worker_processes_give_the_same_numbers(cli, tmp_path):
     config = write_config(tmp_path, {**SMALL, "epsilons": [1.0]})
     for workers in ("1", "2"):
-        code, _, _ = cli("run", config, "--out", str(tmp_path / workers), "--workers", workers,
-                         "--quiet")  # fmt: skip
+        code, _, _ = cli(
+            "run", config, "--out", str(tmp_path / workers), "--workers", workers, "--quiet"
+        )
         assert code == 0
     one = pd.read_csv(tmp_path / "1" / "trials.csv").set_index("trial_id").sort_index()
     two = pd.read_csv(tmp_path / "2" / "trials.csv").set_index("trial_id").sort_index()
@@ -128,17 +150,19 @@ BAD_CONFIGS = {
     "epsilon negative": ({**SMALL, "epsilons": [-1]}, "epsilon must be a finite number > 0"),
     "delta one": ({**SMALL, "delta": 1.0}, "delta must lie strictly between 0 and 1"),
     "delta zero": ({**SMALL, "delta": 0}, "delta must lie strictly between 0 and 1"),
-    "bad hparam": ({**SMALL, "methods": [{"name": "erm", "hparams": {"lr": "fast"}}]},
-                   "hyperparameter 'lr'"),
+    "bad hparam": (
+        {**SMALL, "methods": [{"name": "erm", "hparams": {"lr": "fast"}}]},
+        "hyperparameter 'lr'",
+    ),
     "bad constraint": ({**SMALL, "constraint": "parity"}, "unknown constraint 'parity'"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_CONFIGS))
 def test_bad_input_is_one_error_line_and_writes_nothing(cli, tmp_path, case):
     data, message = BAD_CONFIGS[case]
     out = tmp_path / "run"
-    code, stdout, stderr = cli("run", write_config(tmp_path, data), "--out", str(out), "--quiet")
+    code, _, stderr = cli("run", write_config(tmp_path, data), "--out", str(out), "--quiet")
     assert code == 2
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], stderr

@@ -99,8 +99,12 @@ class DPSGD(Method):
 
         ledger = PrivacyLedger()
         ledger.record("dp-sgd: clipped gradient sums", sgd_steps(q, sigma, steps))
-        info = {"steps": steps, "noise_multiplier": sigma, "sampling_rate": q,
-                "clip_norm": hp.clip_norm}  # fmt: skip
+        info = {
+            "steps": steps,
+            "noise_multiplier": sigma,
+            "sampling_rate": q,
+            "clip_norm": hp.clip_norm,
+        }
         return model, dev, step, ledger, info
 
     def fit(

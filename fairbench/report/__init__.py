@@ -34,8 +34,9 @@ def write_report(run_dir: Path, title: str | None = None) -> Report:
         raise ConfigError(f"{run_dir} has no finished trials yet; nothing to report")
     trials = trials_frame(rows)
     points = pareto_points(trials)
-    out = Report(run_dir / "trials.csv", run_dir / "pareto.csv", run_dir / "pareto.md", [],
-                 len(trials))  # fmt: skip
+    out = Report(
+        run_dir / "trials.csv", run_dir / "pareto.csv", run_dir / "pareto.md", [], len(trials)
+    )
     write_trials_csv(trials, out.trials_csv)
     points.to_csv(out.pareto_csv, index=False)
     out.pareto_md.write_text(pareto_markdown(points, title or run_dir.name))

@@ -11,11 +11,26 @@ from scipy import stats
 PANEL = ["dataset", "constraint", "privacy_notion", "epsilon", "delta"]
 POINT = [*PANEL, "method", "label", "config_id", "knob"]
 PARETO_COLUMNS = [
-    "dataset", "constraint", "method", "label", "privacy_notion", "epsilon", "delta", "knob",
-    "config_id", "n_seeds", "test_error_mean", "test_error_ci95", "violation_mean",
-    "violation_ci95", "val_error_mean", "val_violation_mean", "epsilon_spent_max",
-    "wall_seconds_mean", "on_frontier",
-]  # fmt: skip
+    "dataset",
+    "constraint",
+    "method",
+    "label",
+    "privacy_notion",
+    "epsilon",
+    "delta",
+    "knob",
+    "config_id",
+    "n_seeds",
+    "test_error_mean",
+    "test_error_ci95",
+    "violation_mean",
+    "violation_ci95",
+    "val_error_mean",
+    "val_violation_mean",
+    "epsilon_spent_max",
+    "wall_seconds_mean",
+    "on_frontier",
+]
 
 
 def ci95(values: pd.Series) -> float:

@@ -20,10 +20,16 @@ def _series(ax, points: pd.DataFrame, style: dict) -> None:
     for (label, _config), series in points.groupby(["label", "config_id"], sort=True):
         series = series.sort_values("knob")
         ax.errorbar(
-            series["violation_mean"], series["test_error_mean"],
-            xerr=series["violation_ci95"].fillna(0), yerr=series["test_error_ci95"].fillna(0),
-            label=label, capsize=2, marker="o", markersize=4, **style,
-        )  # fmt: skip
+            series["violation_mean"],
+            series["test_error_mean"],
+            xerr=series["violation_ci95"].fillna(0),
+            yerr=series["test_error_ci95"].fillna(0),
+            label=label,
+            capsize=2,
+            marker="o",
+            markersize=4,
+            **style,
+        )
 
 
 def _frontier(ax, points: pd.DataFrame) -> None:
@@ -48,8 +54,9 @@ def trade_off_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
             (reference["dataset"] == dataset) & (reference["constraint"] == constraint)
         ]
         epsilons = sorted(grp["epsilon"].unique())
-        fig, axes = plt.subplots(1, len(epsilons), figsize=(4.2 * len(epsilons), 3.6),
-                                 squeeze=False, sharey=True)  # fmt: skip
+        fig, axes = plt.subplots(
+            1, len(epsilons), figsize=(4.2 * len(epsilons), 3.6), squeeze=False, sharey=True
+        )
         for ax, eps in zip(axes[0], epsilons, strict=True):
             panel = grp[grp["epsilon"] == eps]
             if not math.isinf(eps):

@@ -11,10 +11,23 @@ import pandas as pd
 from fairbench.report.aggregate import PANEL
 
 LEAD_COLUMNS = [
-    "trial_id", "dataset", "constraint", "method", "label", "privacy_notion", "epsilon",
-    "delta", "knob", "seed", "test_error", "test_violation", "val_error", "val_violation",
-    "epsilon_spent", "wall_seconds",
-]  # fmt: skip
+    "trial_id",
+    "dataset",
+    "constraint",
+    "method",
+    "label",
+    "privacy_notion",
+    "epsilon",
+    "delta",
+    "knob",
+    "seed",
+    "test_error",
+    "test_violation",
+    "val_error",
+    "val_violation",
+    "epsilon_spent",
+    "wall_seconds",
+]
 
 
 def write_trials_csv(trials: pd.DataFrame, path: Path) -> None:

@@ -54,8 +54,11 @@ class ExperimentConfig(_Strict):
     @field_validator("datasets", mode="before")
     @classmethod
     def _names_as_entries(cls, value: Any) -> Any:
-        return [{"name": v} if isinstance(v, str) else v for v in value] if isinstance(
-            value, list) else value  # fmt: skip
+        return (
+            [{"name": v} if isinstance(v, str) else v for v in value]
+            if isinstance(value, list)
+            else value
+        )
 
     @field_validator("methods", mode="before")
     @classmethod
@@ -149,12 +152,21 @@ def expand(config: ExperimentConfig, warn=print) -> list[TrialSpec]:
                 config.epsilons if cls.private else [None],
                 config.seed_list,
             ):
-                specs.append(TrialSpec(
-                    dataset=dataset, dataset_options=options, method=entry.name,
-                    label=entry.label or entry.name, hparams=hparams,
-                    constraint=config.constraint, knob=knob, epsilon=eps,
-                    delta=config.delta, seed=seed, device=config.device,
-                ))  # fmt: skip
+                specs.append(
+                    TrialSpec(
+                        dataset=dataset,
+                        dataset_options=options,
+                        method=entry.name,
+                        label=entry.label or entry.name,
+                        hparams=hparams,
+                        constraint=config.constraint,
+                        knob=knob,
+                        epsilon=eps,
+                        delta=config.delta,
+                        seed=seed,
+                        device=config.device,
+                    )
+                )
     return specs
 
 

@@ -111,9 +111,14 @@ def execute(
         pending = [s for s in specs if s.trial_id not in finished]
         failed: list[tuple[str, str]] = []
         progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), disable=quiet,
-        )  # fmt: skip
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            disable=quiet,
+        )
         with progress:
             bar = progress.add_task("trials", total=len(pending))
 
@@ -133,8 +138,7 @@ def execute(
                         record(spec, None, exc)
             else:
                 _run_pool(pending, workers, record)
-        return RunSummary(len(specs), len(specs) - len(pending), len(pending) - len(failed),
-                          failed)  # fmt: skip
+        return RunSummary(len(specs), len(specs) - len(pending), len(pending) - len(failed), failed)
     finally:
         store.close()
 
@@ -157,5 +161,6 @@ def _run_pool(pending: list[TrialSpec], workers: int, record) -> None:
 
 
 def default_workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
-               os.cpu_count() or 1)  # fmt: skip
+    return max(
+        1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )

@@ -82,8 +82,9 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     method = get_method(spec.method, **spec.hparams)
     privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
     start = time.perf_counter()
-    fitted = method.fit(task, privacy, FairnessSpec(spec.constraint, spec.knob), spec.seed,
-                        spec.device)  # fmt: skip
+    fitted = method.fit(
+        task, privacy, FairnessSpec(spec.constraint, spec.knob), spec.seed, spec.device
+    )
     wall = time.perf_counter() - start
     spent = fitted.ledger.epsilon(spec.delta)
     if privacy is not None and spent > privacy.epsilon:
@@ -104,7 +105,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
         "dataset_sha256": task.provenance.sha256,
         "info": {
             k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()
-        },  # fmt: skip
+        },
         "ledger": fitted.ledger.to_json(),
         **{f"val_{k}": v for k, v in val.items()},
         **{f"test_{k}": v for k, v in test.items()},
