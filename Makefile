@@ -1,0 +1,45 @@
+# fairbench: the two set-up commands are `make run` and `make test`; both install what is
+# missing first (a .venv in the repo root, torch's local CPU build before anything else).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= default
+WORKERS ?=
+
+# Real data: $FAIRBENCH_DATA if set, else ../shared/datasets when it exists.
+FAIRBENCH_DATA ?= $(abspath $(wildcard ../shared/datasets))
+ifneq ($(FAIRBENCH_DATA),)
+export FAIRBENCH_DATA
+endif
+
+.PHONY: install run test lint bench report clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# the local CPU build first, so the project's torch requirement pulls no CUDA wheels
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+run: install
+	$(BIN)/fairbench run $(CONFIG) $(if $(WORKERS),--workers $(WORKERS))
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: install
+	$(BIN)/fairbench bench
+
+report: install
+	$(BIN)/fairbench report runs/$(CONFIG)
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache
