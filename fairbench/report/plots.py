@@ -16,7 +16,9 @@ import pandas as pd
 from fairbench.report.aggregate import dominated
 
 
-def _series(ax, points: pd.DataFrame, style: dict) -> None:
+def _series(
+    ax, points: pd.DataFrame, colors: dict[str, str], style: dict, suffix: str = ""
+) -> None:
     for (label, _config), series in points.groupby(["label", "config_id"], sort=True):
         series = series.sort_values("knob")
         ax.errorbar(
@@ -24,7 +26,8 @@ def _series(ax, points: pd.DataFrame, style: dict) -> None:
             series["test_error_mean"],
             xerr=series["violation_ci95"].fillna(0),
             yerr=series["test_error_ci95"].fillna(0),
-            label=label,
+            label=label + suffix,
+            color=colors[label],
             capsize=2,
             marker="o",
             markersize=4,
@@ -45,6 +48,8 @@ def trade_off_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
     written = []
     reference = points[points["epsilon"].map(math.isinf)]
     private = points[~points["epsilon"].map(math.isinf)]
+    labels = sorted(points["label"].unique())
+    colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}  # one colour per method
     keys = ["dataset", "constraint"]
     figures = [
         ((d, c, n), grp) for (d, c, n), grp in private.groupby([*keys, "privacy_notion"])
@@ -61,8 +66,9 @@ def trade_off_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
             panel = grp[grp["epsilon"] == eps]
             if not math.isinf(eps):
                 _frontier(ax, panel)
-                _series(ax, panel, {})
-            _series(ax, refs, {"linestyle": "--", "markerfacecolor": "none", "alpha": 0.8})
+                _series(ax, panel, colors, {})
+            hollow = {"linestyle": "--", "markerfacecolor": "none", "alpha": 0.8}
+            _series(ax, refs, colors, hollow, suffix=" (non-private)")
             ax.set_title(f"{dataset} · {'non-private' if math.isinf(eps) else f'ε = {eps:g}'}")
             ax.set_xlabel(f"{constraint.replace('_', ' ')} violation (test)")
             ax.grid(alpha=0.3)
