@@ -177,12 +177,16 @@ def privacy_epsilon(
 ) -> None:
     """Epsilon of T Poisson-sampled Gaussian steps (each with a Laplace count if given)."""
     from fairbench.privacy import epsilon
-    from fairbench.privacy.accountant import _check
+    from fairbench.privacy.accountant import validate
     from fairbench.privacy.events import sgd_steps
 
-    _check(sampling_rate, 1.0, delta)
-    if steps < 1 or noise_multiplier <= 0 or (laplace_scale is not None and laplace_scale <= 0):
-        raise ConfigError("steps must be >= 1 and noise multiplier and Laplace scale > 0")
+    validate(
+        sampling_rate=sampling_rate,
+        delta=delta,
+        steps=steps,
+        noise_multiplier=noise_multiplier,
+        laplace_scale=laplace_scale,
+    )
     eps = epsilon(sgd_steps(sampling_rate, noise_multiplier, steps, laplace_scale), delta)
     print(json.dumps({"epsilon": eps, "delta": delta}))
 

@@ -7,6 +7,8 @@ import textwrap
 import pandas as pd
 import pytest
 import yaml
+from dp_accounting import dp_event as de
+from dp_accounting.pld import pld_privacy_accountant
 
 from fairbench.report.aggregate import ci95, dominated
 from fairbench.runner.config import expand, parse_config
@@ -107,6 +109,16 @@ def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
     assert set(pareto.loc[pareto["method"] == "erm", "privacy_notion"]) == {"non-private"}
     trials = pd.read_csv(out / "trials.csv")
     assert len(trials) == 6 and trials["ledger"].str.contains("PoissonSampledDpEvent").sum() == 4
+    for _, row in trials[trials["method"] == "dp-sgd"].iterrows():
+        # the recorded epsilon, recomputed from the mechanism's parameters without fairbench
+        info = json.loads(row["info"])
+        step = de.PoissonSampledDpEvent(
+            info["sampling_rate"], de.GaussianDpEvent(info["noise_multiplier"])
+        )
+        accountant = pld_privacy_accountant.PLDAccountant()
+        accountant.compose(step, info["steps"])
+        assert row["epsilon_spent"] == pytest.approx(accountant.get_epsilon(row["delta"]), rel=1e-3)
+        assert row["epsilon_spent"] <= row["epsilon"]
 
     first = read_results(out)
     code, stdout, _ = cli("run", config, "--out", str(out), "--workers", "1", "--quiet")
@@ -143,7 +155,11 @@ def test_worker_processes_give_the_same_numbers(cli, tmp_path):
 
 BAD_CONFIGS = {
     "malformed YAML": ("name: x\nmethods: [erm\n", "malformed YAML"),
-    "unknown key": ({**SMALL, "epsilonz": [1]}, "unknown config key 'epsilonz'"),
+    "unknown key": ({**SMALL, "epsilonz": [1]}, "unknown config key 'epsilonz'; valid keys"),
+    "unknown method key": (
+        {**SMALL, "methods": [{"name": "erm", "hparam": {}}]},
+        "unknown config key 'methods.0.hparam'; valid keys there: name, label, hparams",
+    ),
     "unknown dataset": ({**SMALL, "datasets": ["adlt"]}, "unknown dataset 'adlt'"),
     "unknown method": ({**SMALL, "methods": ["dp_sgd"]}, "unknown method 'dp_sgd'"),
     "epsilon zero": ({**SMALL, "epsilons": [0.0]}, "epsilon must be a finite number > 0"),

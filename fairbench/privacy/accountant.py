@@ -39,13 +39,27 @@ def _sgd_epsilon(
     return epsilon(events.sgd_steps(q, sigma, steps, laplace), delta, _interval=interval)
 
 
-def _check(sampling_rate: float, target_epsilon: float, delta: float) -> None:
-    if not 0 < sampling_rate <= 1:
-        raise ConfigError(f"sampling rate must lie in (0, 1], got {sampling_rate}")
-    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
-        raise ConfigError(f"target epsilon must be a finite number > 0, got {target_epsilon}")
-    if not 0 < delta < 1:
-        raise ConfigError(f"delta must lie strictly between 0 and 1, got {delta}")
+def validate(
+    *,
+    sampling_rate: float | None = None,
+    target_epsilon: float | None = None,
+    delta: float | None = None,
+    steps: int | None = None,
+    noise_multiplier: float | None = None,
+    laplace_scale: float | None = None,
+) -> None:
+    """Raise a one-line `ConfigError` for any given argument outside its valid range."""
+    problems = [
+        (sampling_rate, lambda v: 0 < v <= 1, "sampling rate must lie in (0, 1]"),
+        (target_epsilon, lambda v: 0 < v < math.inf, "target epsilon must be a finite number > 0"),
+        (delta, lambda v: 0 < v < 1, "delta must lie strictly between 0 and 1"),
+        (steps, lambda v: v >= 1, "steps must be >= 1"),
+        (noise_multiplier, lambda v: v > 0, "noise multiplier must be > 0"),
+        (laplace_scale, lambda v: v > 0, "Laplace scale must be > 0"),
+    ]
+    for value, ok, message in problems:
+        if value is not None and not ok(value):
+            raise ConfigError(f"{message}, got {value}")
 
 
 @lru_cache(maxsize=256)
@@ -59,9 +73,13 @@ def calibrate_noise_multiplier(
 ) -> float:
     """Smallest noise multiplier (to `rel_tol`) whose `steps` Poisson-sampled Gaussian rounds
     (each composed with a Laplace of `laplace_scale` if given) meet (target_epsilon, delta)."""
-    _check(sampling_rate, target_epsilon, delta)
-    if steps < 1:
-        raise ConfigError(f"steps must be >= 1, got {steps}")
+    validate(
+        sampling_rate=sampling_rate,
+        target_epsilon=target_epsilon,
+        delta=delta,
+        steps=steps,
+        laplace_scale=laplace_scale,
+    )
 
     def eps(sigma: float, interval: float = SEARCH_DISCRETISATION) -> float:
         return _sgd_epsilon(sampling_rate, sigma, steps, laplace_scale, delta, interval)
@@ -103,9 +121,13 @@ def calibrate_steps(
     laplace_scale: float | None = None,
 ) -> int:
     """Largest number of steps whose composition meets (target_epsilon, delta)."""
-    _check(sampling_rate, target_epsilon, delta)
-    if noise_multiplier <= 0:
-        raise ConfigError(f"noise multiplier must be > 0, got {noise_multiplier}")
+    validate(
+        sampling_rate=sampling_rate,
+        target_epsilon=target_epsilon,
+        delta=delta,
+        noise_multiplier=noise_multiplier,
+        laplace_scale=laplace_scale,
+    )
 
     def eps(steps: int, interval: float = SEARCH_DISCRETISATION) -> float:
         return _sgd_epsilon(sampling_rate, noise_multiplier, steps, laplace_scale, delta, interval)

@@ -74,9 +74,12 @@ def _field_error(source: str, exc: ValidationError) -> ConfigError:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"]) or "(top level)"
     if err["type"] == "extra_forbidden":
+        section = {"datasets": DatasetEntry, "methods": MethodEntry}.get(
+            str(err["loc"][0]) if len(err["loc"]) > 1 else "", ExperimentConfig
+        )
         return ConfigError(
-            f"{source}: unknown config key {where!r}; valid keys there: see `fairbench run "
-            "--help` or configs/default.yaml"
+            f"{source}: unknown config key {where!r}; valid keys there: "
+            f"{', '.join(section.model_fields)}"
         )
     return ConfigError(f"{source}: field {where!r}: {err['msg']}")
 

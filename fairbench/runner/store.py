@@ -2,12 +2,12 @@
 
 A single writer (the process that runs the grid) commits each trial as it finishes, so a run
 killed at any moment loses only trials still in flight, and re-running skips finished ones.
+Rows are JSON as Python writes it (Infinity and NaN included, which Python reads back).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -22,34 +22,6 @@ CREATE TABLE IF NOT EXISTS trials (
     finished REAL NOT NULL DEFAULT (julianday('now'))
 )
 """
-
-
-def _encode(value: Any) -> str:
-    """JSON with non-finite floats kept (as strings) rather than silently turned into null."""
-
-    def fix(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return repr(v)
-        if isinstance(v, dict):
-            return {k: fix(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [fix(x) for x in v]
-        return v
-
-    return json.dumps(fix(value), sort_keys=True)
-
-
-def _decode(text: str) -> Any:
-    def fix(v: Any) -> Any:
-        if v in ("inf", "-inf", "nan"):
-            return float(v)
-        if isinstance(v, dict):
-            return {k: fix(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [fix(x) for x in v]
-        return v
-
-    return fix(json.loads(text))
 
 
 class ResultStore:
@@ -72,7 +44,7 @@ class ResultStore:
             self._db.execute(
                 "INSERT OR REPLACE INTO trials (trial_id, status, spec, result, error) "
                 "VALUES (?, 'done', ?, ?, NULL)",
-                (trial_id, _encode(spec), _encode(result)),
+                (trial_id, json.dumps(spec), json.dumps(result)),
             )
 
     def record_failed(self, trial_id: str, spec: dict[str, Any], error: str) -> None:
@@ -80,12 +52,12 @@ class ResultStore:
             self._db.execute(
                 "INSERT OR REPLACE INTO trials (trial_id, status, spec, result, error) "
                 "VALUES (?, 'failed', ?, NULL, ?)",
-                (trial_id, _encode(spec), error),
+                (trial_id, json.dumps(spec), error),
             )
 
     def results(self) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT result FROM trials WHERE status='done' ORDER BY trial_id")
-        return [_decode(r[0]) for r in rows]
+        return [json.loads(r[0]) for r in rows]
 
     def failures(self) -> list[tuple[str, str]]:
         return list(self._db.execute("SELECT trial_id, error FROM trials WHERE status='failed'"))
