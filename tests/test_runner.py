@@ -5,6 +5,7 @@ import sqlite3
 import textwrap
 
 import pandas as pd
+import torch
 import pytest
 import yaml
 from dp_accounting import dp_event as de
@@ -70,9 +71,10 @@ def test_sweeps_and_knobs_validate():
 def test_missing_data_falls_back_to_synthetic_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setenv("FAIRBENCH_DATA", str(tmp_path))
     warnings = []
-    config = {**SMALL, "datasets": [{"name": "adult", "if_missing": "synthetic"}]}
+    config = {**SMALL, "datasets": [{"name": "adult", "if_missing": "synthetic"}, "synthetic"]}
     specs = expand(parse_config(config), warn=warnings.append)
     assert {s.dataset for s in specs} == {"synthetic"}
+    assert len(specs) == 6  # the fallback coincides with the listed synthetic set: no duplicates
     assert "falling back to the synthetic dataset" in warnings[0]
 
 
@@ -171,6 +173,7 @@ BAD_CONFIGS = {
         "hyperparameter 'lr'",
     ),
     "bad constraint": ({**SMALL, "constraint": "parity"}, "unknown constraint 'parity'"),
+    "bad device": ({**SMALL, "device": "tpu"}, "field 'device'"),
 }
 
 
@@ -216,3 +219,12 @@ def test_report_needs_a_run_directory(cli, tmp_path):
     code, _, stderr = cli("run", "--resume", str(tmp_path), "--quiet")
     assert code == 2 and "is not a run directory" in stderr
     assert textwrap.dedent(stderr).count("\n") == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu_is_refused_up_front(cli, tmp_path):
+    out = tmp_path / "run"
+    code, _, stderr = cli(
+        "run", write_config(tmp_path, {**SMALL, "device": "cuda"}), "--out", str(out), "--quiet"
+    )
+    assert code == 2 and "no CUDA device is available" in stderr and not out.exists()

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError, DataError
 from fairbench.methods import get_method, method_class
+from fairbench.methods.base import resolve_device
 from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import DEFAULT_DELTA, PrivacyBudget
 from fairbench.runner.trial import TrialSpec
@@ -130,8 +131,9 @@ def expand(config: ExperimentConfig, warn=print) -> list[TrialSpec]:
         raise ConfigError(
             f"unknown constraint {config.constraint!r}; known: {', '.join(VIOLATIONS)}"
         )
-    for eps in config.epsilons or [1.0]:
+    for eps in config.epsilons or [1.0]:  # delta is checked even without private methods
         PrivacyBudget(eps, config.delta)  # raises a ConfigError naming the bad value
+    resolve_device(config.device)  # cuda without a GPU is refused now, not in every trial
     if not config.seed_list:
         raise ConfigError("seeds: give a positive count or a non-empty list of seeds")
 
@@ -170,7 +172,8 @@ def expand(config: ExperimentConfig, warn=print) -> list[TrialSpec]:
                         device=config.device,
                     )
                 )
-    return specs
+    # a fallback dataset may coincide with a listed one: each trial runs once
+    return list({spec.trial_id: spec for spec in specs}.values())
 
 
 def _resolve_dataset(entry: DatasetEntry, warn) -> tuple[str, dict[str, Any]]:
