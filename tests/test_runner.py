@@ -5,8 +5,8 @@ import sqlite3
 import textwrap
 
 import pandas as pd
-import torch
 import pytest
+import torch
 import yaml
 from dp_accounting import dp_event as de
 from dp_accounting.pld import pld_privacy_accountant
