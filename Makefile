@@ -13,7 +13,7 @@ ifneq ($(FAIRBENCH_DATA),)
 export FAIRBENCH_DATA
 endif
 
-.PHONY: install run test lint bench report clean
+.PHONY: install run test lint bench report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr
 
 install: $(STAMP)
 
@@ -39,6 +39,20 @@ bench: install
 
 report: install
 	$(BIN)/fairbench report runs/$(CONFIG)
+
+# Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
+# results/figures/<target>/; re-running resumes and skips finished trials.
+FIGURES := fig-adult-dp fig-adult-eo fig-adult-fnr
+figures: $(FIGURES)
+
+fig-adult-dp: install
+	$(BIN)/fairbench run fig-adult-dp --out results/figures/fig-adult-dp $(if $(WORKERS),--workers $(WORKERS))
+
+fig-adult-eo: install
+	$(BIN)/fairbench run adult-eo --out results/figures/fig-adult-eo $(if $(WORKERS),--workers $(WORKERS))
+
+fig-adult-fnr: install
+	$(BIN)/fairbench run adult-fnr --out results/figures/fig-adult-fnr $(if $(WORKERS),--workers $(WORKERS))
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

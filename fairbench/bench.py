@@ -23,6 +23,8 @@ DEFAULT_ENTRIES: list[tuple[str, str, dict[str, Any]]] = [
     ("erm", "erm", {}),
     ("dp-sgd", "dp-sgd", {}),
     ("dp-sgd[opacus]", "dp-sgd", {"grad_engine": "opacus"}),
+    ("sgda", "sgda", {}),
+    ("raco-dp", "raco-dp", {}),
 ]
 
 

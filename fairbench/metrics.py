@@ -124,8 +124,15 @@ def group_log_losses(
     )
 
 
-# The violation a trial reports for each constraint name a config may give.
+def _fnr_violation(y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray) -> float:
+    """FNR of the positive class for binary tasks, the largest per-class FNR otherwise."""
+    fnr = false_negative_rate(y_true, y_pred)
+    return float(fnr[1] if len(fnr) == 2 else np.nanmax(fnr))
+
+
+# The violation a trial reports for each built-in constraint name a config may give.
 VIOLATIONS = {
     "demographic_parity": lambda y, p, s: demographic_parity_difference(p, s),
     "equalized_odds": equalized_odds_difference,
+    "false_negative_rate": _fnr_violation,
 }

@@ -103,7 +103,7 @@ def test_bench_json_reports_medians_and_ratios(cli):
     code, out, _ = cli("bench", "--json", "--rounds", "2")
     assert code == 0
     result = json.loads(out)
-    assert set(result["step_seconds"]) == {"erm", "dp-sgd", "dp-sgd[opacus]"}
+    assert set(result["step_seconds"]) == {"erm", "dp-sgd", "dp-sgd[opacus]", "sgda", "raco-dp"}
     assert result["ratio_to_dp_sgd"]["dp-sgd"] == 1.0
     assert all(t > 0 for t in result["step_seconds"].values())
     assert result["batch_size"] == 512

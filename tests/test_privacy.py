@@ -18,8 +18,9 @@ from fairbench.privacy import (
     calibrate_steps,
     epsilon,
 )
-from fairbench.privacy.clipping import add_gaussian_noise, clip_and_sum
+from fairbench.privacy.clipping import clip_and_sum
 from fairbench.privacy.events import from_dict, sgd_steps, to_dict
+from fairbench.privacy.noise import add_gaussian_noise, add_laplace_noise
 
 DELTA = 1e-5
 GRID = [  # (sampling rate, noise multiplier, steps, laplace scale)
@@ -122,3 +123,11 @@ def test_gaussian_noise_has_the_requested_scale():
     assert noisy.std().item() == pytest.approx(2.5, rel=0.01)
     assert abs(noisy.mean().item()) < 0.02
     assert np.isfinite(noisy.numpy()).all()
+
+
+def test_laplace_noise_has_the_requested_scale():
+    gen = torch.Generator().manual_seed(0)
+    noisy = add_laplace_noise(torch.zeros(400_000), scale=3.0, generator=gen)
+    assert noisy.abs().mean().item() == pytest.approx(3.0, rel=0.01)  # E|X| = b
+    assert noisy.var().item() == pytest.approx(2 * 9.0, rel=0.02)  # Var = 2 b^2
+    assert abs(noisy.median().item()) < 0.03

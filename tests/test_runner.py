@@ -174,6 +174,28 @@ BAD_CONFIGS = {
     ),
     "bad constraint": ({**SMALL, "constraint": "parity"}, "unknown constraint 'parity'"),
     "bad device": ({**SMALL, "device": "tpu"}, "field 'device'"),
+    "declared constraint, part outside": (
+        {
+            **SMALL,
+            "constraint": {
+                "name": "c",
+                "partition": "group",
+                "constraints": [{"name": "x", "terms": [{"parts": [5], "weights": [0, 1]}]}],
+            },
+        },
+        "part 5 is outside the group partition",
+    ),
+    "declared constraint, weights": (
+        {
+            **SMALL,
+            "constraint": {
+                "name": "c",
+                "partition": "label",
+                "constraints": [{"name": "x", "terms": [{"parts": [1], "weights": [1]}]}],
+            },
+        },
+        "1 weights given, the task has 2 classes",
+    ),
 }
 
 
@@ -228,3 +250,28 @@ def test_cuda_without_a_gpu_is_refused_up_front(cli, tmp_path):
         "run", write_config(tmp_path, {**SMALL, "device": "cuda"}), "--out", str(out), "--quiet"
     )
     assert code == 2 and "no CUDA device is available" in stderr and not out.exists()
+
+
+def test_a_declared_constraint_runs_through_sgda_and_is_evaluated(cli, tmp_path):
+    tpr_gap = {
+        "name": "tpr_gap",
+        "partition": "label_x_group",
+        "constraints": [
+            {"name": "tpr(1) - tpr(0)", "terms": [{"parts": [3], "weights": [0, 1]},
+                                                  {"parts": [2], "weights": [0, -1]}]},
+            {"name": "tpr(0) - tpr(1)", "terms": [{"parts": [2], "weights": [0, 1]},
+                                                  {"parts": [3], "weights": [0, -1]}]},
+        ],
+    }  # fmt: skip
+    config = {**SMALL, "constraint": tpr_gap, "epsilons": [], "seeds": 1,
+              "methods": [{"name": "sgda", "hparams": {"epochs": 3}, "knobs": [0.1]}]}  # fmt: skip
+    out = tmp_path / "run"
+    code, stdout, _ = cli("run", write_config(tmp_path, config), "--out", str(out), "--quiet")
+    assert code == 0, stdout
+    trials = pd.read_csv(out / "trials.csv")
+    (row,) = trials.to_dict("records")
+    evaluated = json.loads(row["test_rate_constraints"])
+    assert [c["name"] for c in evaluated] == ["tpr(1) - tpr(0)", "tpr(0) - tpr(1)"]
+    assert evaluated[0]["value"] == pytest.approx(-evaluated[1]["value"])
+    assert row["test_violation"] == pytest.approx(max(c["value"] for c in evaluated))
+    assert row["constraint"] == "tpr_gap" and all(c["gamma"] == 0.1 for c in evaluated)

@@ -1,9 +1,10 @@
 """A generated classification task with a known fairness structure, for tests and quick runs.
 
-Groups differ in their feature means along the label direction (so features act as proxies
-for the group) and in their label base rate (so an accurate classifier has a
-demographic-parity gap to trade off). Fully determined by `data_seed`; the trial seed only
-fixes the split. No file is read.
+Groups differ in their label base rate (so an accurate classifier has a demographic-parity
+gap to trade off) and in the mean of one proxy feature, the last, which carries no label
+information beyond the group. An unconstrained model learns to use the proxy against the
+minority; a constrained one can re-weight it and recover parity at a moderate cost. Fully
+determined by `data_seed`; the trial seed only fixes the split. No file is read.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class SyntheticOptions(DatasetOptions):
     n_features: int = Field(10, ge=2)
     n_groups: int = Field(2, ge=2)
     minority_fraction: float = Field(0.3, gt=0, lt=1)  # share of rows outside group 0
-    group_shift: float = Field(0.5, ge=0)  # distance between group feature means
-    base_rate_gap: float = Field(0.5, ge=0)  # logit offset between group 0 and the others
+    group_shift: float = Field(2.5, ge=0)  # proxy-feature mean of minority groups
+    base_rate_gap: float = Field(2.5, ge=0)  # logit offset between group 0 and the others
     label_noise: float = Field(0.5, ge=0)
     data_seed: int = 0
 
@@ -41,11 +42,12 @@ class Synthetic(Dataset):
         rng = np.random.default_rng(o.data_seed)
         others = np.full(o.n_groups - 1, o.minority_fraction / (o.n_groups - 1))
         s = rng.choice(o.n_groups, size=o.n_rows, p=[1 - o.minority_fraction, *others])
-        w = rng.normal(size=o.n_features)
+        w = rng.normal(size=o.n_features - 1)
         w /= np.linalg.norm(w)
-        # minority groups sit lower along the label direction: features are proxies for group
-        X = rng.normal(size=(o.n_rows, o.n_features)) - o.group_shift * np.outer(s > 0, w)
-        logit = 2.0 * X @ w - o.base_rate_gap * (s > 0) + o.label_noise * rng.normal(size=o.n_rows)
+        X = rng.normal(size=(o.n_rows, o.n_features))
+        X[:, -1] += o.group_shift * (s > 0)  # the proxy: group membership, no label signal
+        signal = 2.0 * X[:, :-1] @ w
+        logit = signal - o.base_rate_gap * (s > 0) + o.label_noise * rng.normal(size=o.n_rows)
         y = (logit > 0).astype(np.int64)
         return build_task(
             name=self.name,

@@ -49,6 +49,7 @@ class FairnessSpec:
 
     constraint: str
     knob: float | None = None
+    definition: dict[str, Any] | None = None  # a user-declared rate-constraint set, if any
 
 
 @dataclass

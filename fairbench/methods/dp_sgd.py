@@ -33,8 +33,8 @@ from fairbench.privacy import (
     calibrate_noise_multiplier,
     calibrate_steps,
 )
-from fairbench.privacy.clipping import add_gaussian_noise
 from fairbench.privacy.events import sgd_steps
+from fairbench.privacy.noise import add_gaussian_noise
 from fairbench.task import Task
 
 

@@ -59,18 +59,28 @@ class ClippedGradients:
         )
 
     def __call__(
-        self, x: torch.Tensor, per_sample_loss: PerSampleLoss, max_norm: float
+        self,
+        x: torch.Tensor,
+        per_sample_loss: PerSampleLoss,
+        max_norm: float,
+        logits: torch.Tensor | None = None,
     ) -> list[torch.Tensor]:
-        """Clipped gradient sum, one tensor per parameter of the model (in `parameters()` order)."""
+        """Clipped gradient sum, one tensor per parameter of the model (in `parameters()` order).
+
+        `logits`, when the caller already has them for `x` at the current parameters, spare the
+        linear path a forward pass. `max_norm=inf` disables clipping (non-private twins).
+        """
         if x.shape[0] == 0:  # a Poisson batch may be empty: the sum is zero
             return [torch.zeros_like(p) for p in self.model.parameters()]
         if self.linear is not None:
-            return self._linear(x, per_sample_loss, max_norm)
+            return self._linear(x, per_sample_loss, max_norm, logits)
         return self._generic(x, per_sample_loss, max_norm)
 
-    def _linear(self, x, per_sample_loss, max_norm):
-        with torch.no_grad():
-            logits = self.linear(x)
+    def _linear(self, x, per_sample_loss, max_norm, logits):
+        if logits is None:
+            with torch.no_grad():
+                logits = self.linear(x)
+        logits = logits.detach()
         closed_form = getattr(per_sample_loss, "logit_grad", None)
         if closed_form is not None:
             g = closed_form(logits)

@@ -1,4 +1,4 @@
-"""Per-sample clipping and Gaussian noise: the two operations every DP-SGD variant shares."""
+"""Per-sample clipping: bounding each record's contribution before noise is added."""
 
 from __future__ import annotations
 
@@ -18,18 +18,3 @@ def clip_and_sum(per_sample: list[torch.Tensor], max_norm: float) -> list[torch.
     flat = torch.cat([g.reshape(g.shape[0], -1) for g in per_sample], dim=1)
     factors = clip_factors(flat.norm(dim=1), max_norm)
     return [torch.einsum("b,b...->...", factors, g) for g in per_sample]
-
-
-def add_gaussian_noise(
-    sums: list[torch.Tensor], std: float, generator: torch.Generator
-) -> list[torch.Tensor]:
-    """Each sum plus i.i.d. N(0, std^2) noise in every coordinate.
-
-    The noise comes from torch's seeded PRNG so that trials are reproducible; a deployment
-    that must resist an adversary who knows the seed (or floating-point attacks on the
-    Gaussian sampler) needs a cryptographic sampler instead.
-    """
-    return [
-        s + std * torch.randn(s.shape, generator=generator, device=s.device, dtype=s.dtype)
-        for s in sums
-    ]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import pareto_points, trials_frame
-from fairbench.report.plots import trade_off_figures
+from fairbench.report.plots import satisfaction_figures, trade_off_figures
 from fairbench.report.tables import pareto_markdown, write_trials_csv
 from fairbench.runner.store import ResultStore
 
@@ -41,4 +41,5 @@ def write_report(run_dir: Path, title: str | None = None) -> Report:
     points.to_csv(out.pareto_csv, index=False)
     out.pareto_md.write_text(pareto_markdown(points, title or run_dir.name))
     out.figures.extend(trade_off_figures(points, run_dir / "figures"))
+    out.figures.extend(satisfaction_figures(points, run_dir / "figures"))
     return out

@@ -19,6 +19,7 @@ PARETO_COLUMNS = [
     "epsilon",
     "delta",
     "knob",
+    "knob_name",
     "config_id",
     "n_seeds",
     "test_error_mean",
@@ -29,6 +30,7 @@ PARETO_COLUMNS = [
     "val_violation_mean",
     "epsilon_spent_max",
     "wall_seconds_mean",
+    "satisfied_fraction",
     "on_frontier",
 ]
 
@@ -46,6 +48,13 @@ def trials_frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     frame["epsilon"] = frame["epsilon"].astype(float).fillna(np.inf)  # non-private: inf
     frame["knob"] = frame["knob"].astype(float)
+    # a trial satisfies its target when every constraint holds on the test split (None when
+    # the method states no target)
+    frame["test_satisfied"] = (
+        frame["test_rate_constraints"]
+        .map(lambda cs: None if cs[0]["satisfied"] is None else all(c["satisfied"] for c in cs))
+        .astype(float)
+    )
     return frame
 
 
@@ -62,6 +71,8 @@ def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
     grouped = trials.groupby(POINT, dropna=False, sort=True)
     points = grouped.agg(
         n_seeds=("seed", "nunique"),
+        knob_name=("knob_name", "first"),
+        satisfied_fraction=("test_satisfied", "mean"),
         test_error_mean=("test_error", "mean"),
         test_error_ci95=("test_error", ci95),
         violation_mean=("test_violation", "mean"),

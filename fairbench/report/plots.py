@@ -35,6 +35,24 @@ def _series(
         )
 
 
+def _colors(points: pd.DataFrame) -> dict[str, str]:
+    """One colour per method label, the same in every figure of a report."""
+    return {label: f"C{i % 10}" for i, label in enumerate(sorted(points["label"].unique()))}
+
+
+def _title(dataset: str, eps: float) -> str:
+    return f"{dataset} · {'non-private' if math.isinf(eps) else f'ε = {eps:g}'}"
+
+
+def _save(fig, stem: Path) -> Path:
+    """PNG (for reading) and PDF (for papers); returns the PNG path."""
+    fig.tight_layout()
+    fig.savefig(stem.with_suffix(".png"), dpi=130)
+    fig.savefig(stem.with_suffix(".pdf"))
+    plt.close(fig)
+    return stem.with_suffix(".png")
+
+
 def _frontier(ax, points: pd.DataFrame) -> None:
     err, vio = points["test_error_mean"].to_numpy(), points["violation_mean"].to_numpy()
     keep = ~dominated(err, vio)
@@ -48,8 +66,7 @@ def trade_off_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
     written = []
     reference = points[points["epsilon"].map(math.isinf)]
     private = points[~points["epsilon"].map(math.isinf)]
-    labels = sorted(points["label"].unique())
-    colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}  # one colour per method
+    colors = _colors(points)
     keys = ["dataset", "constraint"]
     figures = [
         ((d, c, n), grp) for (d, c, n), grp in private.groupby([*keys, "privacy_notion"])
@@ -69,15 +86,45 @@ def trade_off_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
                 _series(ax, panel, colors, {})
             hollow = {"linestyle": "--", "markerfacecolor": "none", "alpha": 0.8}
             _series(ax, refs, colors, hollow, suffix=" (non-private)")
-            ax.set_title(f"{dataset} · {'non-private' if math.isinf(eps) else f'ε = {eps:g}'}")
+            ax.set_title(_title(dataset, eps))
             ax.set_xlabel(f"{constraint.replace('_', ' ')} violation (test)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("test error")
         axes[0][-1].legend(fontsize=8, loc="best")
-        fig.tight_layout()
-        stem = out_dir / f"{dataset}_{constraint}_{notion}"
-        fig.savefig(stem.with_suffix(".png"), dpi=130)
-        fig.savefig(stem.with_suffix(".pdf"))
-        plt.close(fig)
-        written.append(stem.with_suffix(".png"))
+        written.append(_save(fig, out_dir / f"{dataset}_{constraint}_{notion}"))
+    return written
+
+
+def satisfaction_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """For methods whose knob is the allowed disparity gamma: held-out violation against the
+    gamma asked for, one panel per epsilon (RaCO-DP Fig. 3 read as a calibration plot);
+    points under the diagonal kept their promise."""
+    gamma_points = points[points["knob_name"] == "gamma"]
+    colors = _colors(points)
+    written = []
+    for (dataset, constraint), grp in gamma_points.groupby(["dataset", "constraint"]):
+        private = grp[~grp["epsilon"].map(math.isinf)]
+        refs = grp[grp["epsilon"].map(math.isinf)]
+        epsilons = sorted(private["epsilon"].unique()) or [math.inf]
+        fig, axes = plt.subplots(1, len(epsilons), figsize=(3.8 * len(epsilons), 3.6),
+                                 squeeze=False, sharey=True)  # fmt: skip
+        top = float(max(grp["knob"].max(), grp["violation_mean"].max())) * 1.1
+        for ax, eps in zip(axes[0], epsilons, strict=True):
+            ax.plot([0, top], [0, top], color="0.5", ls="--", lw=0.8, label="violation = γ")
+            for frame, suffix, style in (
+                (private[private["epsilon"] == eps], "", {}),
+                (refs, " (non-private)", {"markerfacecolor": "none"}),
+            ):
+                for label, series in frame.groupby("label"):
+                    series = series.sort_values("knob")
+                    ax.errorbar(series["knob"], series["violation_mean"],
+                                yerr=series["violation_ci95"].fillna(0), marker="o",
+                                markersize=4, capsize=2, color=colors[label],
+                                label=label + suffix, **style)  # fmt: skip
+            ax.set_title(_title(dataset, eps))
+            ax.set_xlabel("γ (allowed disparity)")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(f"{constraint.replace('_', ' ')} on test")
+        axes[0][-1].legend(fontsize=8, loc="upper left")
+        written.append(_save(fig, out_dir / f"{dataset}_{constraint}_satisfaction"))
     return written

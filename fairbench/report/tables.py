@@ -56,7 +56,9 @@ def pareto_markdown(points: pd.DataFrame, title: str) -> str:
         "Mean over seeds ± half-width of the 95% confidence interval (Student t). Violation: "
         "the constraint's gap on the test split with hard (argmax) predictions. ε is spent as "
         "reported by the suite's PLD accountant; hyperparameter tuning is not charged to the "
-        "privacy budget. ★ marks the Pareto frontier within a table.",
+        "privacy budget. γ met: share of seeds whose every rate constraint holds on the test "
+        "split, for methods told the allowed disparity γ. ★ marks the Pareto frontier within a "
+        "table.",
     ]
     for key, panel in points.groupby(PANEL, sort=True, dropna=False):
         dataset, constraint, notion, eps, delta = key
@@ -65,16 +67,17 @@ def pareto_markdown(points: pd.DataFrame, title: str) -> str:
             "",
             f"## {dataset} · {constraint} · {_eps(eps)}{privacy}",
             "",
-            "| method | knob | config | seeds | test error | violation | ε spent (max) | |",
-            "|---|---:|---|---:|---:|---:|---:|---|",
+            "| method | knob | config | seeds | test error | violation | γ met | ε spent (max) | |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---|",
         ]
         for row in panel.itertuples():
             knob = "" if math.isnan(row.knob) else f"{row.knob:g}"
             spent = "" if math.isinf(eps) else f"{row.epsilon_spent_max:.4f}"
+            met = "" if math.isnan(row.satisfied_fraction) else f"{row.satisfied_fraction:.0%}"
             lines.append(
                 f"| {row.label} | {knob} | {row.config_id} | {row.n_seeds} | "
                 f"{_fmt(row.test_error_mean, row.test_error_ci95)} | "
-                f"{_fmt(row.violation_mean, row.violation_ci95)} | {spent} | "
+                f"{_fmt(row.violation_mean, row.violation_ci95)} | {met} | {spent} | "
                 f"{'★' if row.on_frontier else ''} |"
             )
     return "\n".join(lines) + "\n"

@@ -13,6 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from fairbench import constraints
+from fairbench.constraints import CustomConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError, DataError
 from fairbench.methods import get_method, method_class
@@ -46,7 +48,7 @@ class ExperimentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     datasets: list[DatasetEntry] = Field(min_length=1)
     methods: list[MethodEntry] = Field(min_length=1)
-    constraint: str = "demographic_parity"
+    constraint: str | CustomConstraintSet = "demographic_parity"
     epsilons: list[float] = Field(default_factory=list)
     delta: float = DEFAULT_DELTA
     seeds: int | list[int] = 10
@@ -127,9 +129,14 @@ def expand(config: ExperimentConfig, warn=print) -> list[TrialSpec]:
     methods with valid hyperparameters; knobs only where a method has one; private methods
     given valid (epsilon, delta) targets; a known constraint.
     """
-    if config.constraint not in VIOLATIONS:
+    if isinstance(config.constraint, CustomConstraintSet):
+        constraint, definition = config.constraint.name, config.constraint.model_dump()
+    elif config.constraint in VIOLATIONS:
+        constraint, definition = config.constraint, None
+    else:
         raise ConfigError(
-            f"unknown constraint {config.constraint!r}; known: {', '.join(VIOLATIONS)}"
+            f"unknown constraint {config.constraint!r}; known: {', '.join(VIOLATIONS)}, or "
+            "declare a rate-constraint set (name, partition, constraints)"
         )
     for eps in config.epsilons or [1.0]:  # delta is checked even without private methods
         PrivacyBudget(eps, config.delta)  # raises a ConfigError naming the bad value
@@ -141,6 +148,10 @@ def expand(config: ExperimentConfig, warn=print) -> list[TrialSpec]:
     if len(set(labels)) != len(labels):
         raise ConfigError("two method entries share a label; give each variant its own `label`")
     datasets = [_resolve_dataset(entry, warn) for entry in config.datasets]
+    if definition is not None:  # a declared set is checked against each dataset's shape
+        for dataset, options in datasets:
+            task = get_dataset(dataset, **options).load(seed=config.seed_list[0])
+            constraints.build(constraint, definition, task.n_classes, task.n_groups, 0.0)
     specs = []
     for (dataset, options), entry in itertools.product(datasets, config.methods):
         cls = method_class(entry.name)
@@ -164,7 +175,8 @@ def expand(config: ExperimentConfig, warn=print) -> list[TrialSpec]:
                         method=entry.name,
                         label=entry.label or entry.name,
                         hparams=hparams,
-                        constraint=config.constraint,
+                        constraint=constraint,
+                        constraint_definition=definition,
                         knob=knob,
                         epsilon=eps,
                         delta=config.delta,

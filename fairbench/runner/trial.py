@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from fairbench import metrics
+from fairbench import constraints, metrics
+from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
 from fairbench.privacy import PrivacyBudget
@@ -34,6 +35,7 @@ class TrialSpec:
     delta: float
     seed: int
     device: str = "cpu"
+    constraint_definition: dict[str, Any] | None = field(default=None, hash=False)
 
     @property
     def trial_id(self) -> str:
@@ -58,13 +60,27 @@ def load_task(spec: TrialSpec) -> Task:
     return _load(spec.dataset, json.dumps(spec.dataset_options, sort_keys=True), spec.seed)
 
 
-def evaluate(fitted: Fitted, split: Split, task: Task, constraint: str) -> dict[str, Any]:
-    """Accuracy and fairness of hard (argmax) predictions on one held-out split."""
+def evaluate(
+    fitted: Fitted, split: Split, task: Task, rate_set: RateConstraintSet, builtin: bool
+) -> dict[str, Any]:
+    """Accuracy and fairness of hard (argmax) predictions on one held-out split.
+
+    `violation` is the named metric for a built-in constraint and the largest constraint value
+    for a declared set; `rate_constraints` lists every constraint of the set with its value,
+    and, when the trial's knob is the slack gamma, whether it is satisfied.
+    """
     proba = fitted.predict_proba(split.X)
     pred = proba.argmax(axis=1)
+    per_constraint = rate_set.evaluate(split.y, pred, split.s)
+    violation = (
+        metrics.VIOLATIONS[rate_set.name](split.y, pred, split.s)
+        if builtin
+        else max(c["value"] for c in per_constraint)
+    )
     out: dict[str, Any] = {
         "error": metrics.error_rate(split.y, pred),
-        "violation": metrics.VIOLATIONS[constraint](split.y, pred, split.s),
+        "violation": violation,
+        "rate_constraints": per_constraint,
         "demographic_parity": metrics.demographic_parity_difference(pred, split.s),
         "equalized_odds": metrics.equalized_odds_difference(split.y, pred, split.s),
         "group_error": metrics.group_error_rates(split.y, pred, split.s, task.n_groups).tolist(),
@@ -82,21 +98,27 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     method = get_method(spec.method, **spec.hparams)
     privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
     start = time.perf_counter()
-    fitted = method.fit(
-        task, privacy, FairnessSpec(spec.constraint, spec.knob), spec.seed, spec.device
-    )
+    fairness = FairnessSpec(spec.constraint, spec.knob, spec.constraint_definition)
+    fitted = method.fit(task, privacy, fairness, spec.seed, spec.device)
     wall = time.perf_counter() - start
     spent = fitted.ledger.epsilon(spec.delta)
     if privacy is not None and spent > privacy.epsilon:
         raise RuntimeError(
             f"{spec.method} spent epsilon {spent:.6g} > target {privacy.epsilon}: a calibration bug"
         )
-    val = evaluate(fitted, task.val, task, spec.constraint)
-    test = evaluate(fitted, task.test, task, spec.constraint)
+    gamma = spec.knob if method.knob == "gamma" else None
+    rate_set = constraints.build(spec.constraint, spec.constraint_definition, task.n_classes,
+                                 task.n_groups, 0.0 if gamma is None else gamma)  # fmt: skip
+    if gamma is None:  # no stated target: report values only
+        rate_set = rate_set.with_gamma(float("nan"))
+    builtin = spec.constraint_definition is None
+    val = evaluate(fitted, task.val, task, rate_set, builtin)
+    test = evaluate(fitted, task.test, task, rate_set, builtin)
     return {
         "trial_id": spec.trial_id,
         "config_id": spec.config_id,
         **asdict(spec),
+        "knob_name": method.knob,
         "privacy_notion": fitted.privacy_notion if privacy is not None else "non-private",
         "epsilon_spent": spent,
         "wall_seconds": wall,

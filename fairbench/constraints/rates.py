@@ -1,0 +1,132 @@
+"""Generalized rate constraints (RaCO-DP, Eq. 6), as vectorised data.
+
+A constraint set is a global partition of the data into Q parts, given as a lookup table over
+(true label, group), and J constraints
+    Gamma_j = sum_{I in I_j} sum_k alpha_{j,I,k} P_k(union of parts in I) <= gamma_j,
+where P_k(S) is the (soft or hard) rate of predicting class k on S. Every (j, I) pair is one
+*term*: a 0/1 membership row over the Q parts and a weight vector over the K classes. All
+quantities the methods need are then matrix products over a Q x K histogram of predictions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fairbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RateConstraintSet:
+    """Q-part partition, J constraints made of terms, and their slacks."""
+
+    name: str
+    part_table: np.ndarray  # (K labels, G groups) -> part index in [0, Q)
+    n_parts: int
+    term_parts: np.ndarray  # (T, Q) 0/1: which parts a term's subset I unites
+    term_weights: np.ndarray  # (T, K) alpha_{j,I,k}
+    term_owner: np.ndarray  # (T,) the constraint j a term belongs to
+    constraint_names: tuple[str, ...]
+    gamma: np.ndarray  # (J,)
+
+    def __post_init__(self) -> None:
+        n_classes = self.part_table.shape[0]
+        checks = [
+            (self.part_table.min() >= 0 and self.part_table.max() < self.n_parts,
+             "the partition table names a part outside [0, Q)"),
+            (set(np.unique(self.part_table)) == set(range(self.n_parts)),
+             "every part of the partition must be reachable from some (label, group)"),
+            (self.term_parts.shape == (len(self.term_owner), self.n_parts),
+             f"term part masks must have shape (terms, {self.n_parts})"),
+            (self.term_weights.shape == (len(self.term_owner), n_classes),
+             f"term weights must have shape (terms, {n_classes}): one weight per class"),
+            (self.term_parts.any(axis=1).all(), "every term must name at least one part"),
+            (set(np.unique(self.term_owner)) == set(range(len(self.constraint_names))),
+             "every constraint needs at least one term"),
+            (self.gamma.shape == (len(self.constraint_names),), "one gamma per constraint"),
+        ]  # fmt: skip
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(f"rate constraint set {self.name!r}: {message}")
+
+    @property
+    def n_constraints(self) -> int:
+        return len(self.constraint_names)
+
+    @property
+    def n_classes(self) -> int:
+        return self.part_table.shape[0]
+
+    def parts_of(self, y: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Part index of every record."""
+        return self.part_table[y, s]
+
+    def with_gamma(self, gamma: float) -> RateConstraintSet:
+        return RateConstraintSet(
+            self.name, self.part_table, self.n_parts, self.term_parts, self.term_weights,
+            self.term_owner, self.constraint_names, np.full(self.n_constraints, float(gamma)),
+        )  # fmt: skip
+
+    def histogram(self, parts: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+        """Q x K counts of hard predictions per part."""
+        hist = np.zeros((self.n_parts, self.n_classes))
+        np.add.at(hist, (parts, predictions), 1.0)
+        return hist
+
+    def values_from_histogram(self, hist: np.ndarray) -> np.ndarray:
+        """Gamma_j for every constraint from a Q x K histogram (Eq. 12 on exact counts)."""
+        sizes = self.term_parts @ hist.sum(axis=1)
+        if (sizes == 0).any():
+            empty = self.constraint_names[self.term_owner[np.argmax(sizes == 0)]]
+            raise ConfigError(
+                f"rate constraint {empty!r} averages over an empty subset of the data; "
+                "check the partition against the groups and labels present"
+            )
+        rates = (self.term_parts @ hist) / sizes[:, None]
+        per_term = (self.term_weights * rates).sum(axis=1)
+        return np.bincount(self.term_owner, weights=per_term, minlength=self.n_constraints)
+
+    def evaluate(self, y: np.ndarray, pred: np.ndarray, s: np.ndarray) -> list[dict]:
+        """Per constraint: value on hard predictions, gamma, violation and whether satisfied
+        (the last two None where gamma is NaN, i.e. no target was stated)."""
+        values = self.values_from_histogram(self.histogram(self.parts_of(y, s), pred))
+        out = []
+        for name, v, g in zip(self.constraint_names, values, self.gamma, strict=True):
+            stated = not np.isnan(g)
+            out.append({
+                "name": name, "value": float(v), "gamma": float(g) if stated else None,
+                "violation": float(max(0.0, v - g)) if stated else None,
+                "satisfied": bool(v <= g) if stated else None,
+            })  # fmt: skip
+        return out
+
+
+class TorchRates:
+    """The constraint set's matrices on a device, for use inside a training step."""
+
+    def __init__(self, cs: RateConstraintSet, device: torch.device) -> None:
+        as_t = lambda a: torch.as_tensor(a, dtype=torch.float32, device=device)  # noqa: E731
+        self.parts = as_t(cs.term_parts)
+        self.weights = as_t(cs.term_weights)
+        self.owner = torch.as_tensor(cs.term_owner, dtype=torch.int64, device=device)
+        self.gamma = as_t(cs.gamma)
+        self.n_constraints = cs.n_constraints
+
+    def sizes(self, hist: torch.Tensor, floor: float) -> torch.Tensor:
+        """|B ∩ I| per term read from the histogram, floored at a public constant so that
+        noise can never make a denominator non-positive (post-processing only)."""
+        return (self.parts @ hist.sum(dim=1)).clamp(min=floor)
+
+    def values(self, hist: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        """Gamma_post_j (Eq. 12)."""
+        per_term = (self.weights * (self.parts @ hist)).sum(dim=1) / sizes
+        return torch.zeros(self.n_constraints, device=hist.device).index_add_(
+            0, self.owner, per_term
+        )
+
+    def coefficients(self, lam: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        """Q x K matrix c with c[q, k] = sum_j lam_j sum_{I in I_j, q in I} alpha_{j,I,k} / |B∩I|:
+        the regularizer of Eq. (10) for a record in part q is sum_k c[q, k] sigma_tau(z)_k."""
+        return self.parts.T @ (self.weights * (lam[self.owner] / sizes)[:, None])
