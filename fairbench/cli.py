@@ -49,7 +49,7 @@ def run(
         run_dir = out or Path("runs") / experiment.name
     specs = prepare_run(experiment, run_dir, warn=err_console.print)
     summary = execute(specs, run_dir, workers or default_workers(), quiet)
-    report = write_report(run_dir, experiment.name)
+    report = write_report(run_dir)
     console.print(
         f"{summary.done} trials run, {summary.skipped} already done, "
         f"{len(summary.failed)} failed → {run_dir}"

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import pareto_points, trials_frame
 from fairbench.report.plots import satisfaction_figures, trade_off_figures
 from fairbench.report.tables import pareto_markdown, write_trials_csv
+from fairbench.runner.execute import CONFIG_FILE
 from fairbench.runner.store import ResultStore
 
 
@@ -21,10 +24,13 @@ class Report:
     n_trials: int
 
 
-def write_report(run_dir: Path, title: str | None = None) -> Report:
-    """Regenerate every report file of `run_dir` from its results store."""
+def write_report(run_dir: Path) -> Report:
+    """Regenerate every report file of `run_dir` from its results store; titled with the
+    experiment's name from the run's saved config."""
     if not (run_dir / ResultStore.FILENAME).is_file():
         raise ConfigError(f"{run_dir} has no results store; run `fairbench run` into it first")
+    config = run_dir / CONFIG_FILE
+    title = yaml.safe_load(config.read_text())["name"] if config.is_file() else run_dir.name
     store = ResultStore(run_dir)
     try:
         rows = store.results()
@@ -39,7 +45,7 @@ def write_report(run_dir: Path, title: str | None = None) -> Report:
     )
     write_trials_csv(trials, out.trials_csv)
     points.to_csv(out.pareto_csv, index=False)
-    out.pareto_md.write_text(pareto_markdown(points, title or run_dir.name))
+    out.pareto_md.write_text(pareto_markdown(points, title))
     out.figures.extend(trade_off_figures(points, run_dir / "figures"))
     out.figures.extend(satisfaction_figures(points, run_dir / "figures"))
     return out

@@ -48,7 +48,7 @@ def _save(fig, stem: Path) -> Path:
     """PNG (for reading) and PDF (for papers); returns the PNG path."""
     fig.tight_layout()
     fig.savefig(stem.with_suffix(".png"), dpi=130)
-    fig.savefig(stem.with_suffix(".pdf"))
+    fig.savefig(stem.with_suffix(".pdf"), metadata={"CreationDate": None})  # reproducible bytes
     plt.close(fig)
     return stem.with_suffix(".png")
 
