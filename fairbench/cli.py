@@ -8,6 +8,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -112,7 +113,7 @@ def data_check() -> None:
 
     root = data_root()
     table = Table(title=f"datasets under {root}")
-    for col in ("dataset", "status", "rows", "features", "groups", "label rate per group"):
+    for col in ("dataset", "status", "rows", "features", "groups", "label rate (mean) per group"):
         table.add_column(col)
     bad = False
     for name, cls in sorted(datasets().items()):
@@ -132,11 +133,15 @@ def data_check() -> None:
             continue
         splits = (task.train, task.val, task.test)
         rows = sum(len(s) for s in splits)
-        rates = []
-        for g, group in enumerate(task.group_names):
-            members = sum(int((s.s == g).sum()) for s in splits)
-            positives = sum(int(((s.s == g) & (s.y == 1)).sum()) for s in splits)
-            rates.append(f"{group}: {positives / max(members, 1):.3f}")
+        y = np.concatenate([s.y for s in splits])
+        groups = np.concatenate([s.s for s in splits])
+        per_group = [
+            (y[groups == g] == 1) if task.label_names else y[groups == g]
+            for g in range(task.n_groups)
+        ]  # positive rate, or mean regression target
+        rates = [
+            f"{group}: {v.mean():.3f}" for group, v in zip(task.group_names, per_group, strict=True)
+        ]
         status = "verified" if cls.files else "generated"
         table.add_row(
             name,

@@ -13,7 +13,7 @@ class Split:
     """One split of a classification task: features, label and sensitive attribute."""
 
     X: np.ndarray  # (n, d) float32
-    y: np.ndarray  # (n,) int64 in [0, n_classes)
+    y: np.ndarray  # (n,) int64 in [0, n_classes); float64 targets for regression tasks
     s: np.ndarray  # (n,) int64 in [0, n_groups)
 
     def __post_init__(self) -> None:
@@ -40,7 +40,8 @@ class Provenance:
 
 @dataclass(frozen=True)
 class Task:
-    """A preprocessed, split classification task (train / validation / test)."""
+    """A preprocessed, split task (train / validation / test): classification, or regression
+    (no label names, float targets)."""
 
     name: str
     train: Split
@@ -55,6 +56,10 @@ class Task:
     @property
     def n_features(self) -> int:
         return self.train.X.shape[1]
+
+    @property
+    def kind(self) -> str:
+        return "classification" if self.label_names else "regression"
 
     @property
     def n_classes(self) -> int:

@@ -12,7 +12,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fairbench.datasets.files import DataFile, locate
-from fairbench.errors import ConfigError
+from fairbench.errors import ConfigError, DataError
 from fairbench.task import Provenance, Split, Task
 
 TEST_FRACTION = 0.25
@@ -77,6 +77,47 @@ def stratified_split(strata: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndar
     return train, val, test
 
 
+def unit_split(
+    units: np.ndarray, strata: np.ndarray, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Train / validation / test indices keeping every unit (e.g. a subject with several
+    recordings) in one part. Within each stratum (a property constant per unit, e.g. sex),
+    units are shuffled and taken until the part has its share of that stratum's rows (25%
+    test, 15% of the rest validation), so every stratum appears in every part when it has
+    at least three units."""
+    rng = np.random.default_rng(seed)
+    parts: tuple[list, list, list] = ([], [], [])
+    for value in np.unique(strata):
+        order = rng.permutation(np.unique(units[strata == value]))
+        sizes = np.array([(units == u).sum() for u in order])
+        done = np.cumsum(sizes)
+        n_test = min(len(order) - 2, int(np.searchsorted(done, TEST_FRACTION * done[-1])) + 1)
+        rest = done[n_test:] - done[n_test - 1]
+        n_val = min(len(rest) - 1, int(np.searchsorted(rest, VAL_FRACTION * rest[-1])) + 1)
+        for part, chosen in zip(parts, (order[n_test + n_val :], order[n_test : n_test + n_val],
+                                        order[:n_test]), strict=True):  # fmt: skip
+            part.append(np.flatnonzero(np.isin(units, chosen)))
+    train, val, test = (np.sort(np.concatenate(p)) for p in parts)
+    return train, val, test
+
+
+def read_table(path: Path, dataset: str, columns: Sequence[str], **read_csv: Any) -> pd.DataFrame:
+    """A CSV file with the columns an adapter needs, or one clear `DataError`."""
+    try:
+        frame = pd.read_csv(path, **read_csv)
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(
+            f"{dataset}: cannot parse {path} ({exc}); run `fairbench data fetch {dataset}`"
+        ) from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise DataError(
+            f"{dataset}: {path} lacks column(s) {', '.join(missing)}; it is not the expected "
+            f"file: run `fairbench data fetch {dataset}`"
+        )
+    return frame
+
+
 def one_hot(frame: pd.DataFrame, vocabularies: Mapping[str, Sequence[str]]) -> pd.DataFrame:
     """One-hot encode categorical columns over a public vocabulary.
 
@@ -109,15 +150,31 @@ def build_task(
     seed: int,
     sha256: Mapping[str, str],
     preprocessing: Mapping[str, Any],
+    split: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> Task:
-    """Split (stratified on label x group) and standardise numeric columns with train statistics.
+    """Split and standardise numeric columns with train statistics.
 
-    The standardisation statistics are computed on the training part without privacy: a
-    documented exception to the suite's contract inherited from prior work.
+    Unless the adapter passes its own `split` (train, validation, test indices), classification
+    splits are stratified on label x group and regression ones on group. Every group must have
+    rows in every part, or the task is refused. The standardisation statistics are computed on
+    the training part without privacy: a documented exception inherited from prior work.
     """
-    y = np.asarray(y, dtype=np.int64)
     s = np.asarray(s, dtype=np.int64)
-    train, val, test = stratified_split(y * len(group_names) + s, seed)
+    if label_names:
+        y = np.asarray(y, dtype=np.int64)
+        strata = y * len(group_names) + s
+    else:
+        y = np.asarray(y, dtype=np.float64)
+        strata = s
+    train, val, test = split if split is not None else stratified_split(strata, seed)
+    for part, idx in (("train", train), ("validation", val), ("test", test)):
+        present = np.bincount(s[idx], minlength=len(group_names))
+        if (present == 0).any():
+            empty = group_names[int(np.argmax(present == 0))]
+            raise DataError(
+                f"{name}: group {empty!r} has no rows in the {part} split; choose another "
+                "sensitive attribute or merge small groups (see the dataset card's options)"
+            )
     num = numeric.to_numpy(dtype=np.float64)
     mean = num[train].mean(axis=0)
     std = num[train].std(axis=0)
@@ -144,7 +201,8 @@ def build_task(
             preprocessing={
                 **preprocessing,
                 "numeric_standardised_with": "training-split statistics (not private)",
-                "split": "stratified on label x group: 25% test, 15% of the rest validation",
+                "split": preprocessing.get("split", "stratified on label x group")
+                + ": 25% test, 15% of the rest validation",
             },
             split_seed=seed,
         ),

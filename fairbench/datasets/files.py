@@ -22,8 +22,9 @@ class DataFile:
     """A raw file a dataset adapter reads, with its published checksum and download URL."""
 
     path: str  # relative to the data root, e.g. "adult/adult.data"
-    sha256: str
+    sha256: str  # "" where no verified checksum exists: the adapter verifies the content
     url: str
+    direct: bool = True  # False: a landing page (login, link in a README), not the file itself
 
 
 def data_root() -> Path:
@@ -88,6 +89,11 @@ def fetch(dataset: str, files: tuple[DataFile, ...], root: Path | None = None) -
         target = root / f.path
         if target.is_file() and sha256_of(target) == f.sha256:
             continue
+        if not f.direct:
+            raise DataError(
+                f"{dataset}: {f.path} has no direct download; get it from {f.url} and put it at "
+                f"{target} (sha256 {f.sha256[:12]}…)"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
             try:
@@ -97,7 +103,7 @@ def fetch(dataset: str, files: tuple[DataFile, ...], root: Path | None = None) -
                 os.unlink(tmp.name)
                 raise DataError(f"{dataset}: could not download {f.url}: {exc}") from exc
         actual = sha256_of(Path(tmp.name))
-        if actual != f.sha256:
+        if f.sha256 and actual != f.sha256:
             os.unlink(tmp.name)
             raise DataError(
                 f"{dataset}: downloaded {f.url} but its sha256 is {actual[:12]}…, expected "
