@@ -13,7 +13,8 @@ ifneq ($(FAIRBENCH_DATA),)
 export FAIRBENCH_DATA
 endif
 
-.PHONY: install run test lint bench report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr
+.PHONY: install run test lint bench report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
+	table-datasets fig-multigroup
 
 install: $(STAMP)
 
@@ -42,7 +43,7 @@ report: install
 
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
 # results/figures/<target>/; re-running resumes and skips finished trials.
-FIGURES := fig-adult-dp fig-adult-eo fig-adult-fnr
+FIGURES := fig-adult-dp fig-adult-eo fig-adult-fnr fig-multigroup table-datasets
 figures: $(FIGURES)
 
 fig-adult-dp: install
@@ -53,6 +54,12 @@ fig-adult-eo: install
 
 fig-adult-fnr: install
 	$(BIN)/fairbench run adult-fnr --out results/figures/fig-adult-fnr $(if $(WORKERS),--workers $(WORKERS))
+
+fig-multigroup: install
+	$(BIN)/fairbench run fig-multigroup --out results/figures/fig-multigroup $(if $(WORKERS),--workers $(WORKERS))
+
+table-datasets: install
+	$(BIN)/fairbench run datasets --out results/figures/datasets $(if $(WORKERS),--workers $(WORKERS))
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

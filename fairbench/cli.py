@@ -73,6 +73,7 @@ def report(run_dir: Path) -> None:
 def _print_report(report) -> None:
     console.print(f"trials:  {report.trials_csv} ({report.n_trials} rows)")
     console.print(f"pareto:  {report.pareto_csv}, {report.pareto_md}")
+    console.print(f"per-constraint values: {report.constraints_csv}")
     for fig in report.figures:
         console.print(f"figure:  {fig}")
 

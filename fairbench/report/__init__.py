@@ -9,6 +9,7 @@ import yaml
 
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import pareto_points, trials_frame
+from fairbench.report.constraints import constraint_values, constraints_markdown
 from fairbench.report.plots import satisfaction_figures, trade_off_figures
 from fairbench.report.tables import pareto_markdown, write_trials_csv
 from fairbench.runner.execute import CONFIG_FILE
@@ -20,6 +21,7 @@ class Report:
     trials_csv: Path
     pareto_csv: Path
     pareto_md: Path
+    constraints_csv: Path
     figures: list[Path]
     n_trials: int
 
@@ -41,11 +43,19 @@ def write_report(run_dir: Path) -> Report:
     trials = trials_frame(rows)
     points = pareto_points(trials)
     out = Report(
-        run_dir / "trials.csv", run_dir / "pareto.csv", run_dir / "pareto.md", [], len(trials)
+        run_dir / "trials.csv",
+        run_dir / "pareto.csv",
+        run_dir / "pareto.md",
+        run_dir / "constraints.csv",
+        [],
+        len(trials),
     )
     write_trials_csv(trials, out.trials_csv)
     points.to_csv(out.pareto_csv, index=False)
     out.pareto_md.write_text(pareto_markdown(points, title))
+    values = constraint_values(trials)
+    values.to_csv(out.constraints_csv, index=False)
+    (run_dir / "constraints.md").write_text(constraints_markdown(values, title))
     out.figures.extend(trade_off_figures(points, run_dir / "figures"))
     out.figures.extend(satisfaction_figures(points, run_dir / "figures"))
     return out
