@@ -14,7 +14,7 @@ export FAIRBENCH_DATA
 endif
 
 .PHONY: install run test lint bench report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
-	table-datasets fig-multigroup
+	table-datasets fig-multigroup fig-acs
 
 install: $(STAMP)
 
@@ -57,6 +57,10 @@ fig-adult-fnr: install
 
 fig-multigroup: install
 	$(BIN)/fairbench run fig-multigroup --out results/figures/fig-multigroup $(if $(WORKERS),--workers $(WORKERS))
+
+# not in `figures`: needs the ACS PUMS file (no checksum, census download); stops with one line
+fig-acs: install
+	$(BIN)/fairbench run fig-acs --out results/figures/fig-acs $(if $(WORKERS),--workers $(WORKERS))
 
 table-datasets: install
 	$(BIN)/fairbench run datasets --out results/figures/datasets $(if $(WORKERS),--workers $(WORKERS))

@@ -8,7 +8,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -109,6 +108,8 @@ def list_(what: Listable) -> None:
 @data_app.command("check")
 def data_check() -> None:
     """Verify every known dataset under the data folder: presence, checksum, rows, features."""
+    import numpy as np
+
     from fairbench.datasets import registry as datasets
     from fairbench.datasets.files import data_root
 
@@ -158,16 +159,30 @@ def data_check() -> None:
 
 
 @data_app.command("fetch")
-def data_fetch(dataset: str) -> None:
+def data_fetch(
+    dataset: str,
+    option: Annotated[
+        list[str] | None, typer.Option(help="adapter option KEY=VALUE (e.g. state=AL)")
+    ] = None,
+) -> None:
     """Download a dataset's raw files from their public source into the data folder."""
-    from fairbench.datasets import get_dataset
-    from fairbench.datasets.files import data_root, fetch
+    import yaml
 
-    adapter = get_dataset(dataset)
-    if not adapter.files:
+    from fairbench.datasets import get_dataset
+    from fairbench.datasets.base import Dataset
+    from fairbench.datasets.files import data_root
+
+    options = {}
+    for item in option or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--option {item!r}: write KEY=VALUE, e.g. --option state=AL")
+        options[key] = yaml.safe_load(value)
+    adapter = get_dataset(dataset, **options)
+    if not adapter.files and type(adapter).fetch is Dataset.fetch:
         console.print(f"{dataset} is generated; nothing to fetch")
         return
-    written = fetch(dataset, adapter.files, data_root())
+    written = adapter.fetch(data_root())
     console.print(f"{dataset}: {len(written)} file(s) downloaded and verified under {data_root()}")
 
 

@@ -16,7 +16,7 @@ def test_builtin_adapters_register_through_entry_points():
 
 
 def test_unknown_dataset_and_unknown_option_are_config_errors():
-    with pytest.raises(ConfigError, match=r"unknown dataset 'adlt'.*known datasets: adult"):
+    with pytest.raises(ConfigError, match=r"unknown dataset 'adlt'; known datasets: .*adult"):
         get_dataset("adlt")
     with pytest.raises(ConfigError, match="option 'sensitve'"):
         get_dataset("adult", sensitve="race")

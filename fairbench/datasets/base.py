@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from fairbench.datasets.files import DataFile, locate
+from fairbench.datasets.files import DataFile, fetch, locate
 from fairbench.errors import ConfigError, DataError
 from fairbench.task import Provenance, Split, Task
 
@@ -52,6 +52,10 @@ class Dataset(ABC):
     def locate(self, root: Path | None = None) -> dict[str, Path]:
         """Paths of the verified raw files (raises `DataError` if missing or corrupted)."""
         return locate(self.name, self.files, root)
+
+    def fetch(self, root: Path | None = None) -> list[Path]:
+        """Download the raw files from their public source, verified before they land."""
+        return fetch(self.name, self.files, root)
 
     @abstractmethod
     def load(self, seed: int, root: Path | None = None) -> Task:
