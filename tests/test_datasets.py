@@ -139,3 +139,31 @@ def test_synthetic_is_deterministic_with_a_fairness_gap():
     assert rates[0] - rates[1] > 0.15
     three = get_dataset("synthetic", n_groups=3).load(seed=0)
     assert three.n_groups == 3 and set(np.unique(three.train.s)) == {0, 1, 2}
+
+
+def test_synthetic_group_sizes_imbalance_and_dpse_mixtures():
+    sized = get_dataset("synthetic", group_sizes=[1000, 200, 50]).load(seed=0)
+    counts = np.bincount(np.concatenate([sized.train.s, sized.val.s, sized.test.s]))
+    assert counts.tolist() == [1000, 200, 50] and sized.n_groups == 3
+    rare = get_dataset("synthetic", intercept=-3.0).load(seed=0)
+    assert rare.train.y.mean() < 0.15  # label imbalance on demand
+
+    mixture = get_dataset("synthetic", task="regression", n_features=1, group_sizes=[2000, 100],
+                          slopes=[-10.0, 10.0], noise=[1.0, 1.0]).load(seed=0)  # fmt: skip
+    assert mixture.kind == "regression" and mixture.n_classes == 0
+    # per-group OLS on the standardised feature recovers opposite slopes
+    x, y, s = mixture.train.X[:, 0], mixture.train.y, mixture.train.s
+    slope = [np.polyfit(x[s == g], y[s == g], 1)[0] for g in (0, 1)]
+    assert slope[0] < -5 and slope[1] > 5
+    residual = y[s == 0] - np.polyval(np.polyfit(x[s == 0], y[s == 0], 1), x[s == 0])
+    assert residual.std() == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"slopes": [1.0, 2.0]}, "regression only"),
+    ({"task": "regression", "slopes": [1.0]}, "one value per group"),
+    ({"group_sizes": [100]}, "at least 2 groups"),
+])  # fmt: skip
+def test_synthetic_options_are_validated(options, message):
+    with pytest.raises(ConfigError, match=message):
+        get_dataset("synthetic", **options)

@@ -134,3 +134,9 @@ def test_poisson_batches_include_every_record_independently_at_rate_q():
     assert counts[-20:].mean().item() / draws == pytest.approx(q, abs=0.006)
     full = poisson_batches(10, 1.0, gen, torch.device("cpu"))()
     assert full.tolist() == list(range(10))
+
+
+def test_classifiers_refuse_regression_tasks():
+    regression = get_dataset("synthetic", task="regression").load(seed=0)
+    with pytest.raises(ConfigError, match="regression task and this method trains classifiers"):
+        get_method("erm").fit(regression, None, DP, seed=0)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fairbench.errors import ConfigError
 from fairbench.methods.base import TrainingHparams
 from fairbench.models import build_model
 from fairbench.task import Task
@@ -22,6 +23,12 @@ def init_model(hp: TrainingHparams, task: Task, seed: int, device: torch.device)
 
 
 def train_tensors(task: Task, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training features and class labels on the device (classification tasks only)."""
+    if task.kind != "classification":
+        raise ConfigError(
+            f"{task.name} is a {task.kind} task and this method trains classifiers; choose the "
+            "classification task in the dataset's options"
+        )
     x = torch.as_tensor(task.train.X, dtype=torch.float32, device=device)
     y = torch.as_tensor(task.train.y, dtype=torch.int64, device=device)
     return x, y
