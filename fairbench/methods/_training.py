@@ -15,7 +15,12 @@ from fairbench.task import Task
 
 
 def init_model(hp: TrainingHparams, task: Task, seed: int, device: torch.device) -> nn.Module:
-    """The model, initialised from `seed` alone (the global torch RNG is left untouched)."""
+    """The classifier, initialised from `seed` alone (the global torch RNG is left untouched)."""
+    if task.kind != "classification":
+        raise ConfigError(
+            f"{task.name} is a {task.kind} task and this method trains classifiers; choose the "
+            "classification task in the dataset's options"
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_model(hp.model, task.n_features, task.n_classes, hp.hidden)
@@ -23,12 +28,7 @@ def init_model(hp: TrainingHparams, task: Task, seed: int, device: torch.device)
 
 
 def train_tensors(task: Task, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training features and class labels on the device (classification tasks only)."""
-    if task.kind != "classification":
-        raise ConfigError(
-            f"{task.name} is a {task.kind} task and this method trains classifiers; choose the "
-            "classification task in the dataset's options"
-        )
+    """Training features and class labels on the device."""
     x = torch.as_tensor(task.train.X, dtype=torch.float32, device=device)
     y = torch.as_tensor(task.train.y, dtype=torch.int64, device=device)
     return x, y
