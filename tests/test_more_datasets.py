@@ -131,3 +131,29 @@ def test_landing_page_sources_say_where_to_get_the_file(tmp_path):
     page = DataFile("heart/heart.csv", "ab" * 32, "https://example.org/page", direct=False)
     with pytest.raises(DataError, match=r"no direct download; get it from https://example\.org"):
         fetch("heart", (page,), tmp_path)
+
+
+@needs_data
+def test_credit_workbook_path(tmp_path, monkeypatch):
+    """No .xls writer is available here, so pandas.read_excel is replaced by the workbook's
+    content (second header row as the column names); the reader's checks are what is tested."""
+    values = pd.read_csv(SHARED_DATA / "credit" / "default_of_credit_card_clients.csv")
+    (tmp_path / "credit").mkdir()
+    workbook = tmp_path / "credit" / "default of credit card clients.xls"
+    workbook.write_bytes(b"stand-in")
+    seen = {}
+
+    def fake_read_excel(path, header):
+        seen["header"] = header
+        return values
+
+    monkeypatch.setattr(pd, "read_excel", fake_read_excel)
+    task = get_dataset("credit").load(seed=0, root=tmp_path)
+    assert seen["header"] == 1 and task.n_features == 85
+
+    def missing_xlrd(path, header):
+        raise ImportError("Missing optional dependency 'xlrd'")
+
+    monkeypatch.setattr(pd, "read_excel", missing_xlrd)
+    with pytest.raises(DataError, match=r"needs xlrd: `pip install 'dp-fairbench\[xls\]'`"):
+        get_dataset("credit").load(seed=0, root=tmp_path)
