@@ -10,13 +10,13 @@ epsilon is within the target: a calibrated mechanism never reports more than it 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 from dp_accounting import dp_event
-from dp_accounting.pld import pld_privacy_accountant
 
 from fairbench.errors import ConfigError
-from fairbench.privacy import events
+from fairbench.privacy import events, pld
 
 REPORT_DISCRETISATION = 1e-4  # dp-accounting's default
 SEARCH_DISCRETISATION = 1e-3
@@ -28,15 +28,36 @@ def epsilon(
     event: dp_event.DpEvent, delta: float, *, _interval: float = REPORT_DISCRETISATION
 ) -> float:
     """Epsilon of `event` at `delta` by the suite's PLD accountant (inf if it cannot be met)."""
-    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=_interval)
-    accountant.compose(event)
-    return float(accountant.get_epsilon(delta))
+    return float(pld.build(event, _interval).get_epsilon_for_delta(delta))
 
 
 def _sgd_epsilon(
-    q: float, sigma: float, steps: int, laplace: float | None, delta: float, interval: float
+    q: float,
+    sigma: float,
+    steps: int,
+    laplace: float | None,
+    delta: float,
+    interval: float,
+    shape: StepShape,
 ) -> float:
-    return epsilon(events.sgd_steps(q, sigma, steps, laplace), delta, _interval=interval)
+    event = events.sgd_steps(q, sigma, steps, laplace, shape.gaussians, shape.substitution)
+    if shape.extra is not None:
+        event = dp_event.ComposedDpEvent([event, shape.extra])
+    return epsilon(event, delta, _interval=interval)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What a calibrated schedule releases besides its Gaussian sums: how many Gaussian sums
+    share each batch, whether neighbours are sensitive-attribute substitutions, and one fixed
+    event run once (e.g. private group counts) that the budget must also cover."""
+
+    gaussians: int = 1
+    substitution: bool = False
+    extra: dp_event.DpEvent | None = None
+
+
+PLAIN = StepShape()
 
 
 def validate(
@@ -62,6 +83,14 @@ def validate(
             raise ConfigError(f"{message}, got {value}")
 
 
+def _check_extra(shape: StepShape, target_epsilon: float, delta: float) -> None:
+    if shape.extra is not None and epsilon(shape.extra, delta) >= target_epsilon:
+        raise ConfigError(
+            f"the one-off releases alone ({shape.extra}) exceed epsilon={target_epsilon}; "
+            "give them more noise or raise epsilon"
+        )
+
+
 @lru_cache(maxsize=256)
 def calibrate_noise_multiplier(
     sampling_rate: float,
@@ -69,10 +98,11 @@ def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
     laplace_scale: float | None = None,
+    shape: StepShape = PLAIN,
     rel_tol: float = 1e-3,
 ) -> float:
-    """Smallest noise multiplier (to `rel_tol`) whose `steps` Poisson-sampled Gaussian rounds
-    (each composed with a Laplace of `laplace_scale` if given) meet (target_epsilon, delta)."""
+    """Smallest noise multiplier (to `rel_tol`) whose `steps` Poisson-sampled rounds (Gaussian
+    sums, with a Laplace of `laplace_scale` if given, shaped by `shape`) meet the target."""
     validate(
         sampling_rate=sampling_rate,
         target_epsilon=target_epsilon,
@@ -80,9 +110,10 @@ def calibrate_noise_multiplier(
         steps=steps,
         laplace_scale=laplace_scale,
     )
+    _check_extra(shape, target_epsilon, delta)
 
     def eps(sigma: float, interval: float = SEARCH_DISCRETISATION) -> float:
-        return _sgd_epsilon(sampling_rate, sigma, steps, laplace_scale, delta, interval)
+        return _sgd_epsilon(sampling_rate, sigma, steps, laplace_scale, delta, interval, shape)
 
     if laplace_scale is not None:  # no Gaussian noise can make up for the Laplace part alone
         laplace_only = dp_event.SelfComposedDpEvent(
@@ -119,6 +150,7 @@ def calibrate_steps(
     target_epsilon: float,
     delta: float,
     laplace_scale: float | None = None,
+    shape: StepShape = PLAIN,
 ) -> int:
     """Largest number of steps whose composition meets (target_epsilon, delta)."""
     validate(
@@ -128,9 +160,12 @@ def calibrate_steps(
         noise_multiplier=noise_multiplier,
         laplace_scale=laplace_scale,
     )
+    _check_extra(shape, target_epsilon, delta)
 
     def eps(steps: int, interval: float = SEARCH_DISCRETISATION) -> float:
-        return _sgd_epsilon(sampling_rate, noise_multiplier, steps, laplace_scale, delta, interval)
+        return _sgd_epsilon(
+            sampling_rate, noise_multiplier, steps, laplace_scale, delta, interval, shape
+        )
 
     if eps(1, REPORT_DISCRETISATION) > target_epsilon:
         raise ConfigError(

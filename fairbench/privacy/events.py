@@ -11,6 +11,8 @@ from typing import Any
 import attrs
 from dp_accounting import dp_event
 
+from fairbench.privacy.pld import SubstitutionSampledDpEvent
+
 
 def poisson_gaussian(sampling_rate: float, noise_multiplier: float) -> dp_event.DpEvent:
     """One Gaussian sum of clipped contributions (sensitivity 1 in units of the clip norm)
@@ -28,13 +30,21 @@ def sgd_steps(
     noise_multiplier: float,
     steps: int,
     laplace_scale: float | None = None,
+    gaussians: int = 1,
+    substitution: bool = False,
 ) -> dp_event.DpEvent:
-    """`steps` rounds of a Poisson-sampled Gaussian, each optionally composed with a
-    Poisson-sampled Laplace on the same batch (the RaCO-DP pattern)."""
-    step: dp_event.DpEvent = poisson_gaussian(sampling_rate, noise_multiplier)
+    """`steps` rounds, each one Poisson batch on which `gaussians` Gaussian sums of noise
+    multiplier `noise_multiplier` (and a Laplace histogram of `laplace_scale`, if given; the
+    RaCO-DP pattern) are released. The releases share the batch, so the sampling wraps their
+    composition, not each release: separately sampled events would model independent batches
+    and under-report epsilon. `substitution`: neighbours differ in one sensitive attribute
+    only (see `SubstitutionSampledDpEvent`)."""
+    releases: list[dp_event.DpEvent] = [dp_event.GaussianDpEvent(noise_multiplier)] * gaussians
     if laplace_scale is not None:
-        step = dp_event.ComposedDpEvent([step, poisson_laplace(sampling_rate, laplace_scale)])
-    return dp_event.SelfComposedDpEvent(step, steps)
+        releases.append(dp_event.LaplaceDpEvent(laplace_scale))
+    inner = releases[0] if len(releases) == 1 else dp_event.ComposedDpEvent(releases)
+    sampled = SubstitutionSampledDpEvent if substitution else dp_event.PoissonSampledDpEvent
+    return dp_event.SelfComposedDpEvent(sampled(sampling_rate, inner), steps)
 
 
 def to_dict(event: dp_event.DpEvent) -> dict[str, Any]:
@@ -62,5 +72,7 @@ def from_dict(data: dict[str, Any]) -> dp_event.DpEvent:
         return value
 
     data = dict(data)
-    cls = getattr(dp_event, data.pop("type"))
+    name = data.pop("type")
+    custom = {"SubstitutionSampledDpEvent": SubstitutionSampledDpEvent}
+    cls = custom[name] if name in custom else getattr(dp_event, name)
     return cls(**{k: decode(v) for k, v in data.items()})
