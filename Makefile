@@ -14,7 +14,7 @@ export FAIRBENCH_DATA
 endif
 
 .PHONY: install run test lint bench report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
-	table-datasets fig-multigroup fig-acs
+	table-datasets fig-multigroup fig-acs fig-dp-fermi
 
 install: $(STAMP)
 
@@ -43,7 +43,7 @@ report: install
 
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
 # results/figures/<target>/; re-running resumes and skips finished trials.
-FIGURES := fig-adult-dp fig-adult-eo fig-adult-fnr fig-multigroup table-datasets
+FIGURES := fig-adult-dp fig-adult-eo fig-adult-fnr fig-multigroup fig-dp-fermi table-datasets
 figures: $(FIGURES)
 
 fig-adult-dp: install
@@ -54,6 +54,9 @@ fig-adult-eo: install
 
 fig-adult-fnr: install
 	$(BIN)/fairbench run adult-fnr --out results/figures/fig-adult-fnr $(if $(WORKERS),--workers $(WORKERS))
+
+fig-dp-fermi: install
+	$(BIN)/fairbench run fig-dp-fermi --out results/figures/fig-dp-fermi $(if $(WORKERS),--workers $(WORKERS))
 
 fig-multigroup: install
 	$(BIN)/fairbench run fig-multigroup --out results/figures/fig-multigroup $(if $(WORKERS),--workers $(WORKERS))

@@ -25,7 +25,12 @@ DEFAULT_ENTRIES: list[tuple[str, str, dict[str, Any]]] = [
     ("dp-sgd[opacus]", "dp-sgd", {"grad_engine": "opacus"}),
     ("sgda", "sgda", {}),
     ("raco-dp", "raco-dp", {}),
+    ("dp-fermi", "dp-fermi", {}),
 ]
+
+# Per-step times the RaCO-DP paper (Table 2) measured for the methods' public code, in
+# seconds: a yardstick for how this suite's implementations compare.
+PUBLISHED_STEP_SECONDS = {"dp-fermi": 0.085}
 
 
 def step_times(
@@ -60,6 +65,11 @@ def step_times(
     return {
         "step_seconds": medians,
         "ratio_to_dp_sgd": {label: t / medians["dp-sgd"] for label, t in medians.items()},
+        "ratio_to_published": {
+            label: medians[label] / seconds
+            for label, seconds in PUBLISHED_STEP_SECONDS.items()
+            if label in medians
+        },
         "dataset": dataset,
         "n_train": len(task.train),
         "batch_size": batch_size,

@@ -265,12 +265,16 @@ def bench(
         print(json.dumps(result, indent=2))
         return
     table = Table(title=f"step time, {result['dataset']}, batch {batch_size}, {device}")
-    for col in ("method", "median ms / step", "ratio to dp-sgd"):
+    for col in ("method", "median ms / step", "ratio to dp-sgd", "ratio to published code"):
         table.add_column(col)
     for name, seconds in result["step_seconds"].items():
         ratio = result["ratio_to_dp_sgd"][name]
-        table.add_row(escape(name), f"{seconds * 1e3:.3f}", f"{ratio:.2f}")
+        published = result["ratio_to_published"].get(name)
+        table.add_row(escape(name), f"{seconds * 1e3:.3f}", f"{ratio:.2f}",
+                      "" if published is None else f"{published:.4f}")  # fmt: skip
     console.print(table)
+    if result["ratio_to_published"]:
+        console.print("published code: per-step times measured in the RaCO-DP paper (Table 2)")
 
 
 def main() -> None:

@@ -61,6 +61,9 @@ class Fitted:
     ledger: PrivacyLedger
     privacy_notion: str = "full"
     info: dict[str, Any] = field(default_factory=dict)  # steps, noise multiplier, ...
+    # which analysis the noise was calibrated by: `suite` (the ledger's epsilon meets the
+    # target) or a paper's own, explicitly opted into (the ledger then reports the truth)
+    target_accounting: str = "suite"
 
     @torch.no_grad()
     def predict_proba(self, X: np.ndarray) -> np.ndarray:

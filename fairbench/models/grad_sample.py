@@ -12,6 +12,7 @@ autograd pass over the logits computes it.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Literal
@@ -87,9 +88,10 @@ class ClippedGradients:
         else:
             logits.requires_grad_(True)
             (g,) = torch.autograd.grad(per_sample_loss(logits).sum(), logits)
-        norms = g.norm(dim=1) * torch.sqrt((x * x).sum(dim=1) + 1.0)
-        scaled = g * clip_factors(norms, max_norm)[:, None]
-        return [scaled.T @ x, scaled.sum(dim=0)]
+        if math.isfinite(max_norm):
+            norms = g.norm(dim=1) * torch.sqrt((x * x).sum(dim=1) + 1.0)
+            g = g * clip_factors(norms, max_norm)[:, None]
+        return [g.T @ x, g.sum(dim=0)]
 
     def _generic(self, x, per_sample_loss, max_norm):
         params = [p for p in self._gsm.parameters() if p.requires_grad]

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 from dp_accounting import dp_event
 
 from fairbench.errors import ConfigError
@@ -28,7 +29,8 @@ def epsilon(
     event: dp_event.DpEvent, delta: float, *, _interval: float = REPORT_DISCRETISATION
 ) -> float:
     """Epsilon of `event` at `delta` by the suite's PLD accountant (inf if it cannot be met)."""
-    return float(pld.build(event, _interval).get_epsilon_for_delta(delta))
+    with np.errstate(over="ignore", divide="ignore"):  # dp-accounting's log-sum-exp at +inf
+        return float(pld.build(event, _interval).get_epsilon_for_delta(delta))
 
 
 def _sgd_epsilon(

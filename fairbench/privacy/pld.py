@@ -32,6 +32,8 @@ from fairbench.errors import ConfigError
 
 PLD = pld_lib.PrivacyLossDistribution
 NEGLIGIBLE_DELTA = 1e-22  # hockey-stick mass left at +infinity (dp-accounting's: e^-50)
+MAX_GRID_POINTS = 2_000_000  # beyond, the remaining mass goes to +infinity (pessimistic)
+SMALLEST_INTERVAL = 1e-4
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
 
 
@@ -107,13 +109,13 @@ def _gauss_laplace_curves(
     return remove, add
 
 
-def _upper_end(curve: Callable[[np.ndarray], np.ndarray], start: float) -> float:
-    """A loss value beyond which the curve's delta is negligible."""
-    hi = max(start, 0.0) + 0.5
-    while curve(np.array([hi]))[0] > NEGLIGIBLE_DELTA:
-        hi *= 2
-        if hi > 1e4:
-            raise ConfigError("privacy loss too heavy-tailed to account; add noise")
+def _upper_end(curve: Callable[[np.ndarray], np.ndarray]) -> float:
+    """A loss value beyond which the curve's delta is negligible (or the grid's limit, where
+    connect-the-dots puts the rest at +infinity: still an upper bound)."""
+    hi, limit = 0.5, MAX_GRID_POINTS * SMALLEST_INTERVAL
+    with np.errstate(over="ignore"):
+        while hi < limit and curve(np.array([hi]))[0] > NEGLIGIBLE_DELTA:
+            hi *= 2
     return hi
 
 
@@ -121,15 +123,17 @@ def _connect_dots(
     curve: Callable[[np.ndarray], np.ndarray], lo: float, hi: float, interval: float
 ) -> pld_pmf.PLDPmf:
     """Pessimistic PLD pmf from a hockey-stick curve sampled on multiples of `interval`."""
-    grid = np.arange(math.floor(lo / interval), math.ceil(hi / interval) + 1)
+    top = min(math.ceil(hi / interval), math.floor(lo / interval) + MAX_GRID_POINTS)
+    grid = np.arange(math.floor(lo / interval), top + 1)
     chunks = np.array_split(grid, 1 + len(grid) // 4096)
-    deltas = np.concatenate([curve(chunk * interval) for chunk in chunks])
+    with np.errstate(over="ignore"):  # e^eps overflows where delta is 0 anyway
+        deltas = np.concatenate([curve(chunk * interval) for chunk in chunks])
     return pld_pmf.create_pmf_pessimistic_connect_dots(interval, grid, deltas)
 
 
 def _shared_gauss_laplace(q: float, sigma: float, scale: float, interval: float) -> PLD:
     remove, add = _gauss_laplace_curves(q, sigma, scale)
-    hi = _upper_end(remove, 0.0)
+    hi = _upper_end(remove)
     lo = math.log1p(-q) if q < 1 else -hi
     pmf_remove = _connect_dots(remove, lo, hi, interval)
     if q == 1:
@@ -142,7 +146,7 @@ def _substitution_gaussian(q: float, sigma: float, interval: float) -> PLD:
         below = (1 - q) * np.maximum(-np.expm1(eps), 0.0)
         return np.clip(below + q * gaussian_delta(eps, sigma), 0.0, 1.0)
 
-    hi = _upper_end(lambda e: gaussian_delta(e, sigma), 0.0)
+    hi = _upper_end(lambda e: gaussian_delta(e, sigma))
     return PLD(_connect_dots(curve, -hi, hi, interval))
 
 

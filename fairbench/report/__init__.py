@@ -11,6 +11,7 @@ from fairbench.errors import ConfigError
 from fairbench.report.aggregate import pareto_points, trials_frame
 from fairbench.report.constraints import constraint_values, constraints_markdown
 from fairbench.report.plots import satisfaction_figures, trade_off_figures
+from fairbench.report.references import compare, references_markdown
 from fairbench.report.tables import pareto_markdown, write_trials_csv
 from fairbench.runner.execute import CONFIG_FILE
 from fairbench.runner.store import ResultStore
@@ -31,8 +32,9 @@ def write_report(run_dir: Path) -> Report:
     experiment's name from the run's saved config."""
     if not (run_dir / ResultStore.FILENAME).is_file():
         raise ConfigError(f"{run_dir} has no results store; run `fairbench run` into it first")
-    config = run_dir / CONFIG_FILE
-    title = yaml.safe_load(config.read_text())["name"] if config.is_file() else run_dir.name
+    config_path = run_dir / CONFIG_FILE
+    config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
+    title = config.get("name", run_dir.name)
     store = ResultStore(run_dir)
     try:
         rows = store.results()
@@ -56,6 +58,11 @@ def write_report(run_dir: Path) -> Report:
     values = constraint_values(trials)
     values.to_csv(out.constraints_csv, index=False)
     (run_dir / "constraints.md").write_text(constraints_markdown(values, title))
-    out.figures.extend(trade_off_figures(points, run_dir / "figures"))
+    references = config.get("references") or []
+    if references:
+        table = compare(points, references)
+        table.to_csv(run_dir / "references.csv", index=False)
+        (run_dir / "references.md").write_text(references_markdown(table, title))
+    out.figures.extend(trade_off_figures(points, run_dir / "figures", references))
     out.figures.extend(satisfaction_figures(points, run_dir / "figures"))
     return out

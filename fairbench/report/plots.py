@@ -60,8 +60,22 @@ def _frontier(ax, points: pd.DataFrame) -> None:
     ax.step(vio[keep][order], err[keep][order], where="post", color="0.6", lw=0.8, zorder=0)
 
 
-def trade_off_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Write one PNG (and PDF) per (dataset, constraint, privacy notion); returns PNG paths."""
+def _published(ax, references: list[dict], dataset, constraint, notion, eps) -> None:
+    for i, ref in enumerate(references):
+        if (ref["dataset"], ref["constraint"], ref["epsilon"]) != (dataset, constraint, eps):
+            continue
+        if ref.get("privacy_notion") not in (None, notion):
+            continue
+        err, vio = zip(*ref["points"], strict=True)
+        ax.plot(vio, err, color="k", marker="xs^v"[i % 4], ls=":", lw=1,
+                label=f"{ref['label']} (published)")  # fmt: skip
+
+
+def trade_off_figures(
+    points: pd.DataFrame, out_dir: Path, references: list[dict] | None = None
+) -> list[Path]:
+    """Write one PNG (and PDF) per (dataset, constraint, privacy notion); returns PNG paths.
+    Published reference curves are drawn in the panels they match."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     reference = points[points["epsilon"].map(math.isinf)]
@@ -84,6 +98,7 @@ def trade_off_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
             if not math.isinf(eps):
                 _frontier(ax, panel)
                 _series(ax, panel, colors, {})
+            _published(ax, references or [], dataset, constraint, notion, eps)
             hollow = {"linestyle": "--", "markerfacecolor": "none", "alpha": 0.8}
             _series(ax, refs, colors, hollow, suffix=" (non-private)")
             ax.set_title(_title(dataset, eps))

@@ -44,6 +44,25 @@ class MethodEntry(_Strict):
     knobs: list[float] | None = None  # fairness knob values, for methods that have one
 
 
+class ReferenceCurve(_Strict):
+    """A published trade-off curve to compare against, point by point at matched violation."""
+
+    label: str
+    source: str = ""
+    dataset: str
+    constraint: str
+    epsilon: float
+    privacy_notion: str | None = None  # compare only with rows of this notion
+    points: list[list[float]] = Field(min_length=1)  # [test error, violation] pairs
+
+    @field_validator("points")
+    @classmethod
+    def _pairs(cls, value: list[list[float]]) -> list[list[float]]:
+        if any(len(p) != 2 for p in value):
+            raise ValueError("each point is [test error, violation]")
+        return value
+
+
 class ExperimentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     datasets: list[DatasetEntry] = Field(min_length=1)
@@ -53,6 +72,7 @@ class ExperimentConfig(_Strict):
     delta: float = DEFAULT_DELTA
     seeds: int | list[int] = 10
     device: Literal["cpu", "cuda", "auto"] = "cpu"
+    references: list[ReferenceCurve] = Field(default_factory=list)
 
     @field_validator("datasets", mode="before")
     @classmethod
