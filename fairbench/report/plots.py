@@ -5,6 +5,7 @@ non-private methods are drawn in every panel as references."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -45,7 +46,9 @@ def _title(dataset: str, eps: float) -> str:
 
 
 def _save(fig, stem: Path) -> Path:
-    """PNG (for reading) and PDF (for papers); returns the PNG path."""
+    """PNG (for reading) and PDF (for papers); returns the PNG path. The file name keeps
+    letters, digits, `.`, `_` and `-` only, so it needs no quoting in a shell."""
+    stem = stem.with_name(re.sub(r"[^A-Za-z0-9_.-]+", "_", stem.name).strip("_"))
     fig.tight_layout()
     fig.savefig(stem.with_suffix(".png"), dpi=130)
     fig.savefig(stem.with_suffix(".pdf"), metadata={"CreationDate": None})  # reproducible bytes
@@ -105,7 +108,11 @@ def trade_off_figures(
             ax.set_xlabel(f"{constraint.replace('_', ' ')} violation (test)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("test error")
-        axes[0][-1].legend(fontsize=8, loc="best")
+        entries = {}  # every series of every panel (a published curve may sit in one only)
+        for ax in axes[0]:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                entries.setdefault(label, handle)
+        axes[0][-1].legend(entries.values(), entries.keys(), fontsize=8, loc="best")
         written.append(_save(fig, out_dir / f"{dataset}_{constraint}_{notion}"))
     return written
 
