@@ -14,7 +14,7 @@ export FAIRBENCH_DATA
 endif
 
 .PHONY: install run test lint bench report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
-	table-datasets fig-multigroup fig-acs fig-dp-fermi
+	table-datasets fig-multigroup fig-acs fig-dp-fermi fig-dpse
 
 install: $(STAMP)
 
@@ -43,7 +43,7 @@ report: install
 
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
 # results/figures/<target>/; re-running resumes and skips finished trials.
-FIGURES := fig-adult-dp fig-adult-eo fig-adult-fnr fig-multigroup fig-dp-fermi table-datasets
+FIGURES := fig-adult-dp fig-adult-eo fig-adult-fnr fig-multigroup fig-dp-fermi fig-dpse table-datasets
 figures: $(FIGURES)
 
 fig-adult-dp: install
@@ -57,6 +57,14 @@ fig-adult-fnr: install
 
 fig-dp-fermi: install
 	$(BIN)/fairbench run fig-dp-fermi --out results/figures/fig-dp-fermi $(if $(WORKERS),--workers $(WORKERS))
+
+# DPSE Table 1 (5 groups) and the rho sweep (2 groups), in one directory
+fig-dpse: install
+	$(BIN)/fairbench run fig-dpse --out results/figures/fig-dpse/table1 $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run fig-dpse-sweep --out results/figures/fig-dpse/sweep $(if $(WORKERS),--workers $(WORKERS))
+	cp results/figures/fig-dpse/table1/group_losses.csv results/figures/fig-dpse/table1.csv
+	cp results/figures/fig-dpse/table1/group_losses.md results/figures/fig-dpse/table1.md
+	cp results/figures/fig-dpse/sweep/figures/synthetic_group_loss_vs_epsilon.png results/figures/fig-dpse/sweep.png
 
 fig-multigroup: install
 	$(BIN)/fairbench run fig-multigroup --out results/figures/fig-multigroup $(if $(WORKERS),--workers $(WORKERS))

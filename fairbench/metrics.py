@@ -131,8 +131,31 @@ def _fnr_violation(y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray
 
 
 # The violation a trial reports for each built-in constraint name a config may give.
+def group_mean_squared_errors(
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """Per group g: mean squared prediction error among members of g (NaN if empty)."""
+    y_true, y_pred, sensitive = _check(y_true, y_pred, sensitive)
+    sq = (np.asarray(y_true, dtype=np.float64) - y_pred) ** 2
+    return np.array(
+        [sq[sensitive == g].mean() if (sensitive == g).any() else np.nan for g in range(n_groups)]
+    )
+
+
+def bounded_group_loss(y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray) -> float:
+    """The largest group's mean loss (Agarwal et al. 2019): squared error for float targets,
+    error rate for class labels."""
+    n_groups = int(np.max(sensitive)) + 1
+    if np.issubdtype(np.asarray(y_true).dtype, np.floating):
+        losses = group_mean_squared_errors(y_true, y_pred, sensitive, n_groups)
+    else:
+        losses = group_error_rates(y_true, y_pred, sensitive, n_groups)
+    return float(np.nanmax(losses))
+
+
 VIOLATIONS = {
     "demographic_parity": lambda y, p, s: demographic_parity_difference(p, s),
     "equalized_odds": equalized_odds_difference,
     "false_negative_rate": _fnr_violation,
+    "bounded_group_loss": bounded_group_loss,
 }

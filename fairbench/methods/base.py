@@ -74,6 +74,13 @@ class Fitted:
     def predict(self, X: np.ndarray) -> np.ndarray:
         return self.predict_proba(X).argmax(axis=1)
 
+    @torch.no_grad()
+    def predict_values(self, X: np.ndarray) -> np.ndarray:
+        """A regression model's predictions (its single output)."""
+        self.model.eval()
+        x = torch.as_tensor(X, dtype=torch.float32, device=self.device)
+        return self.model(x).squeeze(-1).double().cpu().numpy()
+
 
 class Method(ABC):
     """A method plugin. Subclasses set the class attributes and implement `fit` and `stepper`."""

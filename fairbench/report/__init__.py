@@ -10,6 +10,7 @@ import yaml
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import pareto_points, trials_frame
 from fairbench.report.constraints import constraint_values, constraints_markdown
+from fairbench.report.groups import group_markdown, group_table, smallest_group_figure
 from fairbench.report.plots import satisfaction_figures, trade_off_figures
 from fairbench.report.references import compare, references_markdown
 from fairbench.report.tables import pareto_markdown, write_trials_csv
@@ -65,4 +66,12 @@ def write_report(run_dir: Path) -> Report:
         (run_dir / "references.md").write_text(references_markdown(table, title))
     out.figures.extend(trade_off_figures(points, run_dir / "figures", references))
     out.figures.extend(satisfaction_figures(points, run_dir / "figures"))
+    if "test_group_loss" in trials.columns:
+        grouped = trials[trials["test_group_loss"].map(lambda v: isinstance(v, list))]
+        table = group_table(grouped)
+        table.to_csv(run_dir / "group_losses.csv", index=False)
+        (run_dir / "group_losses.md").write_text(
+            group_markdown(table, title, int(grouped["seed"].nunique()))
+        )
+        out.figures.extend(smallest_group_figure(grouped, run_dir / "figures"))
     return out

@@ -1,0 +1,96 @@
+"""Per-group losses of runs whose trials report them (regression tasks, bounded group loss):
+a table of each group's mean test loss per method and budget, and how the smallest group's
+loss moves with epsilon."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from fairbench.report.plots import _colors, _save
+
+# the methods whose relative change the table reports, when both ran (DPSE's Table 1)
+PAIR = ("dpnose", "dpse")
+
+
+def group_table(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, epsilon, group): size (training rows), the mean test loss of every
+    method label (`mspe_<label>` for regression, `error_<label>` otherwise), the relative
+    change from dpnose to dpse when both ran, and the mean zCDP rho where methods report it."""
+    rows = []
+    for (dataset, eps), grp in trials.groupby(["dataset", "epsilon"], sort=True):
+        regression = (
+            isinstance(grp["test_group_loss"].iloc[0], list)
+            and grp["task_kind"].iloc[0] == "regression"
+        )
+        prefix = "mspe" if regression else "error"
+        sizes = grp["group_sizes_train"].iloc[0]
+        names = grp["group_names"].iloc[0]
+        per_label = {
+            label: np.nanmean(np.stack(g["test_group_loss"].map(np.asarray)), axis=0)
+            for label, g in grp.groupby("label")
+        }
+        rho = grp["info"].map(lambda i: i.get("rho", math.nan)).mean()
+        for k, name in enumerate(names):
+            row = {"dataset": dataset, "epsilon": eps, "rho": rho, "group": name,
+                   "size": sizes[k]}  # fmt: skip
+            row.update({f"{prefix}_{label}": float(v[k]) for label, v in per_label.items()})
+            if all(p in per_label for p in PAIR):
+                before, after = per_label[PAIR[0]][k], per_label[PAIR[1]][k]
+                row["relative_change"] = float((after - before) / before)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def group_markdown(table: pd.DataFrame, title: str, n_seeds: int) -> str:
+    lines = [
+        f"# {title}: per-group test loss",
+        "",
+        f"Mean over {n_seeds} seeds (Monte-Carlo trials: split and noise). Size: training rows. "
+        "relative_change = (dpse − dpnose) / dpnose; negative: DPSE is better. rho: the zCDP "
+        "budget of the calibrated run (its PLD epsilon is the ε column).",
+        "",
+    ]
+    for (dataset, eps), grp in table.groupby(["dataset", "epsilon"], sort=True):
+        cols = [c for c in grp.columns if c not in ("dataset", "epsilon")]
+        lines += [f"## {dataset} · ε = {eps:g} (rho = {grp['rho'].iloc[0]:.3g})", "",
+                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
+        for row in grp[cols].itertuples(index=False):
+            cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Per dataset with two or more budgets: the smallest group's mean test loss (solid) and the
+    largest group's (dashed) against epsilon, one line per method label."""
+    written = []
+    colors = _colors(trials)
+    for dataset, grp in trials.groupby("dataset"):
+        if grp["epsilon"].nunique() < 2:
+            continue
+        sizes = np.asarray(grp["group_sizes_train"].iloc[0])
+        small, large = int(np.argmin(sizes)), int(np.argmax(sizes))
+        fig, ax = plt.subplots(figsize=(5.2, 3.8))
+        for label, series in grp.groupby("label"):
+            means = series.groupby("epsilon")["test_group_loss"].apply(
+                lambda v: np.nanmean(np.stack(v.map(np.asarray)), axis=0)
+            )
+            eps = means.index.to_numpy()
+            ax.plot(eps, [m[small] for m in means], marker="o", color=colors[label],
+                    label=f"{label}: smallest group (n={sizes[small]})")  # fmt: skip
+            ax.plot(eps, [m[large] for m in means], ls="--", marker=".", color=colors[label],
+                    label=f"{label}: largest group (n={sizes[large]})")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xlabel("ε (δ fixed)")
+        ax.set_ylabel("mean test loss (MSPE for regression)")
+        ax.set_title(f"{dataset}: group loss against the budget")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out_dir / f"{dataset}_group_loss_vs_epsilon"))
+    return written

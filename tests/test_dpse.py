@@ -1,0 +1,159 @@
+"""DPSE and DPNoSE: budget plumbing, stage 1's standard errors, parallel composition, and
+regression and classification end to end."""
+
+import math
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event as de
+
+import fairbench.methods.dpse as dpse
+from fairbench.datasets import get_dataset
+from fairbench.errors import ConfigError
+from fairbench.methods import FairnessSpec, get_method
+from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
+from fairbench.runner.trial import evaluate_group_loss
+
+NO_CONSTRAINT = FairnessSpec("bounded_group_loss", None)
+
+
+@pytest.fixture(scope="module")
+def mixture():
+    return get_dataset("synthetic", task="regression", group_sizes=[3000, 400, 200],
+                       slopes=[1.0, 1.0, 1.0], noise=[0.5, 2.0, 2.0]).load(seed=0)  # fmt: skip
+
+
+def total_rho(ledger: PrivacyLedger) -> float:
+    """Sum of the rho of every Gaussian release on the ledger (1 / (2 sigma^2) each)."""
+
+    def rho(event):
+        if isinstance(event, de.SelfComposedDpEvent):
+            return event.count * rho(event.event)
+        return 1.0 / (2 * event.noise_multiplier**2)
+
+    return sum(rho(e.event) for e in ledger.entries)
+
+
+@pytest.mark.parametrize("name", ["dpse", "dpnose"])
+def test_the_releases_add_up_to_the_calibrated_rho_and_meet_the_target(mixture, name):
+    fitted = get_method(name, steps=20).fit(mixture, PrivacyBudget(3.0), NO_CONSTRAINT, seed=0)
+    info = fitted.info
+    assert total_rho(fitted.ledger) == pytest.approx(info["rho"], rel=1e-9)
+    spent = fitted.ledger.epsilon(1e-5)
+    assert 2.99 < spent <= 3.0
+    # all Gaussian: the composition is one Gaussian of the summed rho
+    single = epsilon(de.GaussianDpEvent(1 / math.sqrt(2 * info["rho"])), 1e-5)
+    assert spent == pytest.approx(single, rel=2e-3)
+    assert info["epsilon_paper_zcdp"] > spent  # the paper's conversion is looser
+
+
+def test_stage_one_gives_noisier_groups_larger_standard_errors(mixture):
+    fitted = get_method("dpse", steps=5).fit(mixture, PrivacyBudget(8.0), NO_CONSTRAINT, seed=1)
+    se = np.array(fitted.info["standard_errors"])
+    assert np.sum(se**2) == pytest.approx(1.0)
+    assert se[1] > 2 * se[0] and se[2] > 2 * se[0]  # residual std 2 against 0.5
+    assert fitted.info["budget_shares"] == pytest.approx((se**2).tolist())
+    nose = get_method("dpnose", steps=5).fit(mixture, PrivacyBudget(8.0), NO_CONSTRAINT, 1)
+    assert nose.info["budget_shares"] == pytest.approx([1 / 3] * 3)
+    assert nose.info["stage1_rho"] == 0.0
+
+
+def test_a_tiny_budget_falls_back_to_uniform_standard_errors(mixture):
+    method = get_method("dpse", steps=5)
+    k = mixture.n_groups
+    budget = dpse._Budget(1e-6, method.hparams, k, True, False)
+    z = np.hstack([mixture.train.X, np.ones((len(mixture.train), 1))])
+    sizes = np.bincount(mixture.train.s).astype(float)
+    rng = np.random.default_rng(0)
+    se = method.standard_errors(z, mixture.train.y, mixture.train.s, sizes, k, False, budget,
+                                rng, PrivacyLedger())  # fmt: skip
+    assert se == pytest.approx([1 / math.sqrt(k)] * k)
+
+
+def test_parallel_composition_charges_each_group_its_own_releases(mixture):
+    method = get_method("dpse", steps=10, composition="parallel")
+    fitted = method.fit(mixture, PrivacyBudget(2.0), NO_CONSTRAINT, seed=0)
+    ledger = fitted.ledger
+    assert ledger.parallel_groups and ledger.groups == [0, 1, 2]
+    per_group = fitted.info["group_epsilons"]
+    assert max(per_group) == pytest.approx(ledger.epsilon(1e-5))
+    assert max(per_group) <= 2.0
+    # the group with the largest standard error gets the full stage-2 budget
+    shares = np.array(fitted.info["budget_shares"])
+    assert shares.max() == pytest.approx(1.0)
+    assert int(np.argmax(per_group)) == int(np.argmax(shares))
+    # sequentially composed, the same releases would cost more than the target
+    sequential = PrivacyLedger(ledger.entries)
+    assert sequential.epsilon(1e-5) > 2.0
+
+
+def test_regression_learns_the_mixture_and_errors_are_reported_per_group(mixture):
+    fitted = get_method("dpnose", steps=60).fit(mixture, PrivacyBudget(8.0), NO_CONSTRAINT, 0)
+    result = evaluate_group_loss(fitted, mixture.test, mixture, None)
+    assert result["group_loss"][0] < 1.0  # noise variance 0.25, slope learned
+    assert all(2.0 < v < 6.0 for v in result["group_loss"][1:])  # noise variance 4
+    assert result["smallest_group_loss"] == result["group_loss"][2]
+    assert result["violation"] == max(result["group_loss"])
+
+
+def test_the_bounded_group_loss_constraint_lowers_the_worst_group():
+    """Two groups share a slope and outvote the third: the constraint pulls towards it.
+    (A wide clip keeps the gradients unbiased, so the pull is visible in 100 rounds.)"""
+    task = get_dataset("synthetic", task="regression", group_sizes=[2000, 1000, 300],
+                       slopes=[1.0, 1.0, -1.0], noise=[0.5, 0.5, 0.5]).load(0)  # fmt: skip
+    worst = []
+    for bound in (None, 5.0):
+        fitted = get_method("dpnose", steps=100, lagrange=1.0, clip_norm=20.0, lr=0.05).fit(
+            task, PrivacyBudget(8.0), FairnessSpec("bounded_group_loss", bound), seed=0
+        )
+        worst.append(evaluate_group_loss(fitted, task.test, task, bound)["violation"])
+    assert worst[1] < 0.85 * worst[0]
+
+
+def test_binary_classification_runs_with_a_logistic_precursor():
+    task = get_dataset("synthetic", n_rows=3000).load(0)
+    fitted = get_method("dpse", steps=50, lr=1.0).fit(task, PrivacyBudget(4.0),
+                                                       NO_CONSTRAINT, seed=0)  # fmt: skip
+    assert any("logistic precursor" in e.label for e in fitted.ledger.entries)
+    assert fitted.ledger.epsilon(1e-5) <= 4.0
+    accuracy = (fitted.predict(task.test.X) == task.test.y).mean()
+    assert accuracy > 0.75
+
+
+def test_public_group_sizes_are_labelled_and_not_released(mixture):
+    fitted = get_method("dpnose", steps=5, group_sizes="public").fit(
+        mixture, PrivacyBudget(2.0), NO_CONSTRAINT, seed=0
+    )
+    assert fitted.privacy_notion == "full+public-group-sizes"
+    assert not any("counts" in e.label for e in fitted.ledger.entries)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (FairnessSpec("demographic_parity", 0.1), "bounded_group_loss only"),
+    ],
+)
+def test_bad_setups_are_config_errors(mixture, spec, message):
+    with pytest.raises(ConfigError, match=message):
+        get_method("dpse").fit(mixture, PrivacyBudget(1.0), spec, seed=0)
+
+
+def test_the_runner_reports_regression_rows(cli, tmp_path):
+    config = tmp_path / "reg.yaml"
+    config.write_text(
+        "name: reg\n"
+        "datasets: [{name: synthetic, options: {task: regression, group_sizes: [600, 100]}}]\n"
+        "constraint: bounded_group_loss\n"
+        "epsilons: [4.0]\nseeds: 2\n"
+        "methods: [{name: dpse, hparams: {steps: 10}, knobs: [2.0]}, "
+        "{name: dpnose, hparams: {steps: 10}}]\n"
+    )
+    code, _, err = cli("run", str(config), "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    import pandas as pd
+
+    trials = pd.read_csv(tmp_path / "run" / "trials.csv")
+    assert len(trials) == 4
+    assert (trials["epsilon_spent"] <= 4.0).all()
+    assert trials["test_smallest_group_loss"].notna().all()
