@@ -25,6 +25,11 @@ or poorly fitted groups pays off, which is the paper's premise.
 Squared loss for regression; the logistic loss for binary classification
 (the paper's "easily translated" variant). The model has an intercept.
 
+Noise scale. Algorithm 2 (lines 10-11) adds N(0, Delta^2 / (2 mu_T)) to each group's *mean*
+gradient, whose sensitivity is Delta / n_k: n_k times more noise than the budget requires.
+Here each release is noised at its own sensitivity (the clipped sum, then divided by n_k), so
+at the paper's budgets (rho >= 2) the privacy noise is small next to the data's own.
+
 Group sizes n_k: the paper takes them as public. Here they come from one Gaussian count
 release (share `count_share`) unless `group_sizes: public`, which the row's notion then says.
 

@@ -36,13 +36,12 @@ def group_table(trials: pd.DataFrame) -> pd.DataFrame:
         }
         rho = grp["info"].map(lambda i: i.get("rho", math.nan)).mean()
         for k, name in enumerate(names):
-            row = {"dataset": dataset, "epsilon": eps, "rho": rho, "group": name,
-                   "size": sizes[k]}  # fmt: skip
+            row = {"dataset": dataset, "epsilon": eps, "group": name, "size": sizes[k]}
             row.update({f"{prefix}_{label}": float(v[k]) for label, v in per_label.items()})
             if all(p in per_label for p in PAIR):
                 before, after = per_label[PAIR[0]][k], per_label[PAIR[1]][k]
                 row["relative_change"] = float((after - before) / before)
-            rows.append(row)
+            rows.append({**row, "rho": rho})
     return pd.DataFrame(rows)
 
 
