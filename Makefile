@@ -58,10 +58,11 @@ fig-adult-fnr: install
 fig-dp-fermi: install
 	$(BIN)/fairbench run fig-dp-fermi --out results/figures/fig-dp-fermi $(if $(WORKERS),--workers $(WORKERS))
 
-# DPSE Table 1 (5 groups) and the rho sweep (2 groups), in one directory
+# DPSE Table 1 (5 groups), the rho sweep (2 groups) and Table 1 at the paper's noise scale
 fig-dpse: install
 	$(BIN)/fairbench run fig-dpse --out results/figures/fig-dpse/table1 $(if $(WORKERS),--workers $(WORKERS))
 	$(BIN)/fairbench run fig-dpse-sweep --out results/figures/fig-dpse/sweep $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run dpse-paper-noise --out results/figures/fig-dpse/paper-noise $(if $(WORKERS),--workers $(WORKERS))
 	cp results/figures/fig-dpse/table1/group_losses.csv results/figures/fig-dpse/table1.csv
 	cp results/figures/fig-dpse/table1/group_losses.md results/figures/fig-dpse/table1.md
 	cp results/figures/fig-dpse/sweep/figures/synthetic_group_loss_vs_epsilon.png results/figures/fig-dpse/sweep.png

@@ -157,3 +157,19 @@ def test_the_runner_reports_regression_rows(cli, tmp_path):
     assert len(trials) == 4
     assert (trials["epsilon_spent"] <= 4.0).all()
     assert trials["test_smallest_group_loss"].notna().all()
+
+
+def test_paper_noise_scale_adds_n_k_times_the_noise_and_accounts_it(mixture):
+    budget = PrivacyBudget(4.0)
+    ours = get_method("dpnose", steps=10, group_sizes="public").fit(mixture, budget,
+                                                                   NO_CONSTRAINT, 0)  # fmt: skip
+    paper = get_method("dpnose", steps=10, group_sizes="public", noise_scale="paper").fit(
+        mixture, budget, NO_CONSTRAINT, 0
+    )
+    sizes = np.bincount(mixture.train.s)
+    for g, size in enumerate(sizes):
+        label = f"group {g}"
+        (a,) = [e.event for e in ours.ledger.entries if label in e.label]
+        (b,) = [e.event for e in paper.ledger.entries if label in e.label]
+        assert b.event.noise_multiplier == pytest.approx(size * a.event.noise_multiplier)
+    assert paper.ledger.epsilon(1e-5) < 0.1 * ours.ledger.epsilon(1e-5)
