@@ -212,6 +212,34 @@ def privacy_epsilon(
     print(json.dumps({"epsilon": eps, "delta": delta}))
 
 
+@privacy_app.command("verify")
+def privacy_verify(
+    run_dir: Path,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Re-account every private trial of a run from its stored ledger, cross-check it (optimistic
+    PLD, RDP, Laplace closed form) and flag any claim that does not hold. Exit 1 if flagged."""
+    from fairbench.privacy.verify import verify_run
+
+    findings = verify_run(run_dir)
+    flagged = [f for f in findings if f.problems]
+    if as_json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2, default=str))
+    else:
+        checked = sum(f.checks["rdp"] is not None or f.checks["pld_optimistic"] is not None
+                      for f in findings)  # fmt: skip
+        console.print(
+            f"{len(findings)} private trials re-accounted, {checked} cross-checked by an "
+            f"independent method, {len(flagged)} flagged",
+            soft_wrap=True,
+        )
+        for f in flagged:
+            console.print(f"  {f.trial_id} {f.label}: " + "; ".join(f.problems),
+                          highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+    if flagged:
+        raise typer.Exit(1)
+
+
 @privacy_app.command("calibrate")
 def privacy_calibrate(
     sampling_rate: Annotated[float, typer.Option(help="Poisson sampling rate q")],

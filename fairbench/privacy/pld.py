@@ -161,17 +161,25 @@ def _one_batch(event: dp_event.DpEvent) -> tuple[float | None, float | None]:
     return sigma, (laplaces[0] if laplaces else None)
 
 
-def build(event: dp_event.DpEvent, interval: float) -> PLD:
-    """The PLD (add/remove-one neighbours unless the event says otherwise) of `event`."""
+class NoOptimisticBound(ValueError):
+    """The event holds a release this module discretises only pessimistically."""
+
+
+def build(event: dp_event.DpEvent, interval: float, pessimistic: bool = True) -> PLD:
+    """The PLD (add/remove-one neighbours unless the event says otherwise) of `event`.
+    `pessimistic=False` rounds the other way, giving a lower bound on epsilon (for
+    cross-checks); the two custom releases have no such form and raise NoOptimisticBound."""
     if isinstance(event, dp_event.NoOpDpEvent):
-        return pld_lib.identity(interval)
+        return pld_lib.identity(interval, pessimistic)
     if isinstance(event, dp_event.ComposedDpEvent):
-        result = pld_lib.identity(interval)
+        result = pld_lib.identity(interval, pessimistic)
         for part in event.events:
-            result = result.compose(build(part, interval))
+            result = result.compose(build(part, interval, pessimistic))
         return result
     if isinstance(event, dp_event.SelfComposedDpEvent):
-        return build(event.event, interval).self_compose(event.count)
+        return build(event.event, interval, pessimistic).self_compose(event.count)
+    if not pessimistic and isinstance(event, SubstitutionSampledDpEvent):
+        raise NoOptimisticBound("substitution-sampled release")
     if isinstance(event, SubstitutionSampledDpEvent):
         sigma, laplace = _one_batch(event.event)
         if laplace is not None:
@@ -183,10 +191,14 @@ def build(event: dp_event.DpEvent, interval: float) -> PLD:
     sigma, laplace = _one_batch(event)
     if laplace is None:
         return pld_lib.from_gaussian_mechanism(
-            sigma, value_discretization_interval=interval, sampling_prob=q
-        )
+            sigma, value_discretization_interval=interval, sampling_prob=q,
+            pessimistic_estimate=pessimistic, use_connect_dots=pessimistic,
+        )  # fmt: skip
     if sigma is None:
         return pld_lib.from_laplace_mechanism(
-            laplace, value_discretization_interval=interval, sampling_prob=q
-        )
+            laplace, value_discretization_interval=interval, sampling_prob=q,
+            pessimistic_estimate=pessimistic,
+        )  # fmt: skip
+    if not pessimistic:
+        raise NoOptimisticBound("Gaussian and Laplace releases on one batch")
     return _shared_gauss_laplace(q, sigma, laplace, interval)

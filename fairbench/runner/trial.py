@@ -17,6 +17,7 @@ from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
 from fairbench.privacy import PrivacyBudget
+from fairbench.privacy.crosscheck import check_ledger
 from fairbench.task import Split, Task
 
 
@@ -156,6 +157,7 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> dict[st
         "knob_name": method.knob,
         "privacy_notion": fitted.privacy_notion if privacy is not None else "non-private",
         "epsilon_spent": spent,
+        "epsilon_checks": check_ledger(fitted.ledger, spec.delta, spent),
         "target_accounting": fitted.target_accounting,
         "wall_seconds": wall,
         "n_train": len(task.train),

@@ -1,0 +1,61 @@
+"""Re-check a finished run's privacy claims from its stored ledgers alone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fairbench.errors import ConfigError
+from fairbench.privacy.crosscheck import check_ledger
+from fairbench.privacy.ledger import PrivacyLedger
+
+RECOMPUTE_TOLERANCE = 1e-6  # relative: the stored epsilon must be what the ledger gives
+
+
+@dataclass(frozen=True)
+class Finding:
+    trial_id: str
+    label: str
+    target: float | None
+    stored: float
+    recomputed: float
+    checks: dict[str, Any]
+    problems: list[str]
+
+
+def verify_rows(rows: list[dict[str, Any]]) -> list[Finding]:
+    """One finding per private trial: its ledger re-accounted and cross-checked. A trial is
+    flagged when its recomputed epsilon exceeds a target the suite calibrated to, differs from
+    the stored one, or falls outside an independent bound."""
+    findings = []
+    for row in rows:
+        if row.get("epsilon") is None:
+            continue
+        ledger = PrivacyLedger.from_json(row["ledger"])
+        recomputed = ledger.epsilon(row["delta"])
+        checks = check_ledger(ledger, row["delta"], recomputed)
+        problems = list(checks["problems"])
+        suite_target = row.get("target_accounting", "suite") == "suite"
+        if suite_target and recomputed > row["epsilon"]:
+            problems.append(f"epsilon {recomputed:.6g} above its target {row['epsilon']:g}")
+        stored = row["epsilon_spent"]
+        if not math.isclose(stored, recomputed, rel_tol=RECOMPUTE_TOLERANCE, abs_tol=1e-12):
+            problems.append(f"stored epsilon {stored:.6g} but the ledger gives {recomputed:.6g}")
+        findings.append(Finding(row["trial_id"], row["label"], row["epsilon"], stored,
+                                recomputed, checks, problems))  # fmt: skip
+    return findings
+
+
+def verify_run(run_dir: Path) -> list[Finding]:
+    from fairbench.runner.store import ResultStore
+
+    if not (run_dir / ResultStore.FILENAME).is_file():
+        raise ConfigError(f"{run_dir} has no results store; give a run directory")
+    store = ResultStore(run_dir)
+    try:
+        rows = store.results()
+    finally:
+        store.close()
+    return verify_rows(rows)
