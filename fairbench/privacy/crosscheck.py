@@ -95,8 +95,8 @@ def cross_check(event: dp_event.DpEvent, delta: float, reported: float) -> dict[
 def check_ledger(ledger: PrivacyLedger, delta: float, reported: float) -> dict[str, Any]:
     """Cross-check a ledger's reported epsilon (the worst group's, under parallel
     composition)."""
-    if not ledger.entries:
-        return {"pld_optimistic": 0.0, "rdp": 0.0, "laplace_closed_form": 0.0, "problems": []}
+    if not ledger.entries:  # nothing was released: nothing to check
+        return {"pld_optimistic": None, "rdp": None, "laplace_closed_form": None, "problems": []}
     event = ledger.event
     if ledger.parallel_groups and ledger.groups:
         worst = max(ledger.groups, key=lambda g: epsilon(ledger.group_event(g), delta))
