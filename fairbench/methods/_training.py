@@ -11,6 +11,8 @@ from torch import nn
 from fairbench.errors import ConfigError
 from fairbench.methods.base import TrainingHparams
 from fairbench.models import build_model
+from fairbench.privacy import PrivacyBudget, calibrate_noise_multiplier, calibrate_steps
+from fairbench.privacy.accountant import PLAIN, StepShape
 from fairbench.task import Task
 
 
@@ -81,3 +83,31 @@ def poisson_batches(
         return positions[positions < n].long()
 
     return next_batch
+
+
+def check_one_free_quantity(hp: TrainingHparams) -> None:
+    """`calibrate: noise` solves for sigma, `calibrate: steps` for the step count given
+    `noise_multiplier`: exactly one of the two is free (a pydantic validator's check)."""
+    if hp.calibrate == "steps" and hp.noise_multiplier is None:
+        raise ValueError("calibrate: steps needs noise_multiplier")
+    if hp.calibrate == "noise" and hp.noise_multiplier is not None:
+        raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
+
+
+def calibrated_schedule(
+    hp: TrainingHparams,
+    n: int,
+    privacy: PrivacyBudget,
+    laplace_scale: float | None = None,
+    shape: StepShape = PLAIN,
+) -> tuple[float, int, float]:
+    """(sampling rate, steps, noise multiplier) meeting the budget on n training records:
+    steps from `epochs` and sigma solved (`calibrate: noise`), or sigma fixed and the largest
+    step count solved (`calibrate: steps`)."""
+    q = min(1.0, hp.batch_size / n)
+    eps, delta = privacy.epsilon, privacy.delta
+    if hp.calibrate == "noise":
+        steps = max(1, round(hp.epochs / q))
+        return q, steps, calibrate_noise_multiplier(q, steps, eps, delta, laplace_scale, shape)
+    sigma = float(hp.noise_multiplier)
+    return q, calibrate_steps(q, sigma, eps, delta, laplace_scale, shape), sigma

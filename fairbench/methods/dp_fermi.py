@@ -63,7 +63,14 @@ from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
 from fairbench.errors import ConfigError
-from fairbench.methods._training import generator, init_model, poisson_batches, train_tensors
+from fairbench.methods._training import (
+    calibrated_schedule,
+    check_one_free_quantity,
+    generator,
+    init_model,
+    poisson_batches,
+    train_tensors,
+)
 from fairbench.methods.base import (
     Device,
     FairnessSpec,
@@ -74,7 +81,7 @@ from fairbench.methods.base import (
 )
 from fairbench.models.grad_sample import ClippedGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
-from fairbench.privacy.accountant import StepShape, calibrate_noise_multiplier, calibrate_steps
+from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.clipping import clip_factors
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.noise import add_gaussian_noise
@@ -180,10 +187,7 @@ class DPFermiHparams(TrainingHparams):
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
-        if self.calibrate == "steps" and self.noise_multiplier is None:
-            raise ValueError("calibrate: steps needs noise_multiplier")
-        if self.calibrate == "noise" and self.noise_multiplier is not None:
-            raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
+        check_one_free_quantity(self)
         if self.sensitive_accounting == "paper" and self.privacy_notion != "sensitive-attribute":
             raise ValueError("sensitive_accounting: paper goes with sensitive-attribute")
         return self
@@ -217,18 +221,10 @@ class DPFermi(Method):
     ) -> tuple[float, int, float]:
         """(sampling rate, steps, noise multiplier) meeting the budget on n records."""
         hp = self.hparams
-        q = min(1.0, hp.batch_size / n)
         if shape.gaussians == 0:  # nothing private is released per step
+            q = min(1.0, hp.batch_size / n)
             return q, max(1, round(hp.epochs / q)), 0.0
-        if hp.calibrate == "noise":
-            steps = max(1, round(hp.epochs / q))
-            sigma = calibrate_noise_multiplier(
-                q, steps, privacy.epsilon, privacy.delta, None, shape
-            )
-        else:
-            sigma = float(hp.noise_multiplier)
-            steps = calibrate_steps(q, sigma, privacy.epsilon, privacy.delta, None, shape)
-        return q, steps, sigma
+        return calibrated_schedule(hp, n, privacy, None, shape)
 
     def _setup(self, task: Task, privacy, fairness: FairnessSpec, seed: int, device: Device):
         if privacy is None:

@@ -17,7 +17,14 @@ import torch
 from pydantic import Field, model_validator
 
 from fairbench.errors import ConfigError
-from fairbench.methods._training import generator, init_model, poisson_batches, train_tensors
+from fairbench.methods._training import (
+    calibrated_schedule,
+    check_one_free_quantity,
+    generator,
+    init_model,
+    poisson_batches,
+    train_tensors,
+)
 from fairbench.methods.base import (
     Device,
     FairnessSpec,
@@ -30,8 +37,6 @@ from fairbench.models.grad_sample import ClippedGradients, CrossEntropy
 from fairbench.privacy import (
     PrivacyBudget,
     PrivacyLedger,
-    calibrate_noise_multiplier,
-    calibrate_steps,
 )
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.noise import add_gaussian_noise
@@ -48,10 +53,7 @@ class DPSGDHparams(TrainingHparams):
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
-        if self.calibrate == "steps" and self.noise_multiplier is None:
-            raise ValueError("calibrate: steps needs noise_multiplier")
-        if self.calibrate == "noise" and self.noise_multiplier is not None:
-            raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
+        check_one_free_quantity(self)
         return self
 
 
@@ -64,15 +66,7 @@ class DPSGD(Method):
 
     def schedule(self, n: int, privacy: PrivacyBudget) -> tuple[float, int, float]:
         """(sampling rate, steps, noise multiplier) meeting the budget on n training records."""
-        hp = self.hparams
-        q = min(1.0, hp.batch_size / n)
-        if hp.calibrate == "noise":
-            steps = max(1, round(hp.epochs / q))
-            sigma = calibrate_noise_multiplier(q, steps, privacy.epsilon, privacy.delta)
-        else:
-            sigma = float(hp.noise_multiplier)
-            steps = calibrate_steps(q, sigma, privacy.epsilon, privacy.delta)
-        return q, steps, sigma
+        return calibrated_schedule(self.hparams, n, privacy)
 
     def _setup(self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device):
         if privacy is None:

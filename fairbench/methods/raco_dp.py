@@ -56,7 +56,14 @@ from pydantic import Field, model_validator
 
 from fairbench import constraints
 from fairbench.errors import ConfigError
-from fairbench.methods._training import generator, init_model, poisson_batches, train_tensors
+from fairbench.methods._training import (
+    calibrated_schedule,
+    check_one_free_quantity,
+    generator,
+    init_model,
+    poisson_batches,
+    train_tensors,
+)
 from fairbench.methods.base import (
     Device,
     FairnessSpec,
@@ -69,8 +76,6 @@ from fairbench.models.grad_sample import ClippedGradients
 from fairbench.privacy import (
     PrivacyBudget,
     PrivacyLedger,
-    calibrate_noise_multiplier,
-    calibrate_steps,
 )
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.noise import add_gaussian_noise, add_laplace_noise
@@ -161,8 +166,7 @@ class RaCODPHparams(SGDAHparams):
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
-        if self.calibrate == "noise" and self.noise_multiplier is not None:
-            raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
+        check_one_free_quantity(self)
         if not math.isfinite(self.clip_norm):
             raise ValueError("raco-dp needs a finite clip_norm")
         return self
@@ -279,14 +283,5 @@ class RaCODP(SGDA):
     hparams: RaCODPHparams
 
     def schedule(self, n: int, privacy: PrivacyBudget | None) -> tuple[float, int, float, float]:
-        hp = self.hparams
-        q = min(1.0, hp.batch_size / n)
-        if hp.calibrate == "steps":
-            sigma = float(hp.noise_multiplier)
-            steps = calibrate_steps(q, sigma, privacy.epsilon, privacy.delta, hp.laplace_scale)
-        else:
-            steps = max(1, round(hp.epochs / q))
-            sigma = calibrate_noise_multiplier(
-                q, steps, privacy.epsilon, privacy.delta, hp.laplace_scale
-            )
-        return q, steps, sigma, hp.laplace_scale
+        q, steps, sigma = calibrated_schedule(self.hparams, n, privacy, self.hparams.laplace_scale)
+        return q, steps, sigma, self.hparams.laplace_scale

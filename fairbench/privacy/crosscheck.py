@@ -36,7 +36,7 @@ def _for_rdp(event: dp_event.DpEvent) -> dp_event.DpEvent:
     if isinstance(event, dp_event.PoissonSampledDpEvent) and isinstance(
         event.event, dp_event.ComposedDpEvent
     ):
-        sigma, laplace = pld._one_batch(event.event)
+        sigma, laplace = pld.one_batch(event.event)
         if laplace is None:
             return dp_event.PoissonSampledDpEvent(
                 event.sampling_probability, dp_event.GaussianDpEvent(sigma)

@@ -150,7 +150,7 @@ def _substitution_gaussian(q: float, sigma: float, interval: float) -> PLD:
     return PLD(_connect_dots(curve, -hi, hi, interval))
 
 
-def _one_batch(event: dp_event.DpEvent) -> tuple[float | None, float | None]:
+def one_batch(event: dp_event.DpEvent) -> tuple[float | None, float | None]:
     """(noise multiplier of all Gaussians combined, Laplace scale) of releases on one batch."""
     parts = event.events if isinstance(event, dp_event.ComposedDpEvent) else [event]
     gaussians = [p.noise_multiplier for p in parts if isinstance(p, dp_event.GaussianDpEvent)]
@@ -181,14 +181,14 @@ def build(event: dp_event.DpEvent, interval: float, pessimistic: bool = True) ->
     if not pessimistic and isinstance(event, SubstitutionSampledDpEvent):
         raise NoOptimisticBound("substitution-sampled release")
     if isinstance(event, SubstitutionSampledDpEvent):
-        sigma, laplace = _one_batch(event.event)
+        sigma, laplace = one_batch(event.event)
         if laplace is not None:
             raise ConfigError("substitution-sampled Laplace releases are not supported")
         return _substitution_gaussian(event.sampling_probability, sigma, interval)
     q = 1.0
     if isinstance(event, dp_event.PoissonSampledDpEvent):
         q, event = event.sampling_probability, event.event
-    sigma, laplace = _one_batch(event)
+    sigma, laplace = one_batch(event)
     if laplace is None:
         return pld_lib.from_gaussian_mechanism(
             sigma, value_discretization_interval=interval, sampling_prob=q,
