@@ -85,6 +85,7 @@ fig-dpse: install
 	$(BIN)/fairbench run fig-dpse-sweep --out results/figures/fig-dpse/sweep $(if $(WORKERS),--workers $(WORKERS))
 	$(BIN)/fairbench run dpse-paper-noise --out results/figures/fig-dpse/paper-noise $(if $(WORKERS),--workers $(WORKERS))
 	$(BIN)/fairbench run dpse-parkinsons --out results/figures/fig-dpse/parkinsons $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run dpse-adult --out results/figures/fig-dpse/adult $(if $(WORKERS),--workers $(WORKERS))
 	cp results/figures/fig-dpse/table1/group_losses.csv results/figures/fig-dpse/table1.csv
 	cp results/figures/fig-dpse/table1/group_losses.md results/figures/fig-dpse/table1.md
 	cp results/figures/fig-dpse/sweep/figures/synthetic_group_loss_vs_epsilon.png results/figures/fig-dpse/sweep.png

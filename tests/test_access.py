@@ -37,7 +37,7 @@ CASES = {
         ({"iterations": 3, "epochs": 1, "batch_size": 40, "play": "paper"}, BGL, 0.2),
     ],
     "dpse": [({"steps": 5}, BGL, 0.5), ({"steps": 5, "group_sizes": "public"}, BGL, None)],
-    "dpnose": [({"steps": 5}, BGL, 0.5)],
+    "dpnose": [({"steps": 5}, BGL, 0.5), ({"steps": 5}, BGL, None)],
 }
 
 

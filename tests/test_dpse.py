@@ -53,7 +53,9 @@ def test_stage_one_gives_noisier_groups_larger_standard_errors(mixture):
     assert np.sum(se**2) == pytest.approx(1.0)
     assert se[1] > 2 * se[0] and se[2] > 2 * se[0]  # residual std 2 against 0.5
     assert fitted.info["budget_shares"] == pytest.approx((se**2).tolist())
-    nose = get_method("dpnose", steps=5).fit(mixture, PrivacyBudget(8.0), NO_CONSTRAINT, 1)
+    nose = get_method("dpnose", steps=5, objective="group_means").fit(
+        mixture, PrivacyBudget(8.0), NO_CONSTRAINT, 1
+    )
     assert nose.info["budget_shares"] == pytest.approx([1 / 3] * 3)
     assert nose.info["stage1_rho"] == 0.0
 
@@ -121,7 +123,7 @@ def test_binary_classification_runs_with_a_logistic_precursor():
 
 
 def test_public_group_sizes_are_labelled_and_not_released(mixture):
-    fitted = get_method("dpnose", steps=5, group_sizes="public").fit(
+    fitted = get_method("dpse", steps=5, group_sizes="public").fit(
         mixture, PrivacyBudget(2.0), NO_CONSTRAINT, seed=0
     )
     assert fitted.privacy_notion == "full+public-group-sizes"
@@ -161,11 +163,9 @@ def test_the_runner_reports_regression_rows(cli, tmp_path):
 
 def test_paper_noise_scale_adds_n_k_times_the_noise_and_accounts_it(mixture):
     budget = PrivacyBudget(4.0)
-    ours = get_method("dpnose", steps=10, group_sizes="public").fit(mixture, budget,
-                                                                   NO_CONSTRAINT, 0)  # fmt: skip
-    paper = get_method("dpnose", steps=10, group_sizes="public", noise_scale="paper").fit(
-        mixture, budget, NO_CONSTRAINT, 0
-    )
+    hp = {"steps": 10, "group_sizes": "public", "objective": "group_means"}
+    ours = get_method("dpnose", **hp).fit(mixture, budget, NO_CONSTRAINT, 0)
+    paper = get_method("dpnose", **hp, noise_scale="paper").fit(mixture, budget, NO_CONSTRAINT, 0)
     sizes = np.bincount(mixture.train.s)
     for g, size in enumerate(sizes):
         label = f"group {g}"
@@ -173,3 +173,57 @@ def test_paper_noise_scale_adds_n_k_times_the_noise_and_accounts_it(mixture):
         (b,) = [e.event for e in paper.ledger.entries if label in e.label]
         assert b.event.noise_multiplier == pytest.approx(size * a.event.noise_multiplier)
     assert paper.ledger.epsilon(1e-5) < 0.1 * ours.ledger.epsilon(1e-5)
+
+
+def test_dpnose_is_standard_dp_gradient_descent_at_the_whole_budget(mixture):
+    """The paper's DPNoSE: one Gaussian sum over all records per round, no counts, no stage 1;
+    the whole calibrated rho goes to those rounds."""
+    fitted = get_method("dpnose", steps=30).fit(mixture, PrivacyBudget(2.0), NO_CONSTRAINT, 0)
+    (entry,) = fitted.ledger.entries
+    assert "standard DP gradient descent" in entry.label
+    assert entry.event.count == 30
+    assert total_rho(fitted.ledger) == pytest.approx(fitted.info["rho"], rel=1e-9)
+    assert 1.99 < fitted.ledger.epsilon(1e-5) <= 2.0
+
+
+@pytest.fixture(scope="module")
+def opposed():
+    """The paper's Appendix B shape: the majority's slope +1, two minorities' -1, sigma_e 1."""
+    return get_dataset("synthetic", task="regression", group_sizes=[3000, 600, 300],
+                       n_features=3, slopes=[1.0, -1.0, -1.0], noise=[1.0] * 3).load(0)  # fmt: skip
+
+
+def _group_mspe(name: str, task, **hparams) -> np.ndarray:
+    fitted = get_method(name, **hparams).fit(task, PrivacyBudget(20.0), NO_CONSTRAINT, seed=0)
+    return np.array(evaluate_group_loss(fitted, task.test, task, None)["group_loss"])
+
+
+def test_the_objective_decides_which_groups_the_fit_serves(opposed):
+    """Pooled (records weigh equally): the fit follows the majority. Group means (groups weigh
+    equally): it follows the two minorities. Budget tailoring moves almost nothing at this
+    budget, which is what fig-dpse's tailoring_change column measures."""
+    pooled = _group_mspe("dpnose", opposed)
+    group_means = _group_mspe("dpnose", opposed, objective="group_means")
+    tailored = _group_mspe("dpse", opposed)
+    assert pooled[0] < 2.0 and (pooled[1:] > 5.0).all()
+    assert group_means[0] > 5.0 and (group_means[1:] < 2.5).all()
+    assert np.abs(tailored / group_means - 1).max() < 0.05
+    algorithm3 = _group_mspe("dpse", opposed, objective="pooled")
+    assert np.abs(algorithm3 / pooled - 1).max() < 0.05
+
+
+def test_group_table_reports_the_comparison_and_the_tailoring_change():
+    import pandas as pd
+
+    from fairbench.report.groups import group_table
+
+    def row(label, losses):
+        return {"dataset": "d", "epsilon": 1.0, "label": label, "task_kind": "regression",
+                "test_group_loss": losses, "group_sizes_train": [100, 10],
+                "group_names": ["a", "b"], "info": {"rho": 0.5}, "knob": None}  # fmt: skip
+
+    table = group_table(pd.DataFrame([row("dpnose", [1.0, 4.0]), row("dpse", [1.5, 3.0]),
+                                      row("dpnose-equal-split", [1.2, 3.3])]))  # fmt: skip
+    assert table["relative_change"].tolist() == pytest.approx([0.5, -0.25])
+    assert table["tailoring_change"].tolist() == pytest.approx([0.25, -1 / 11])
+    assert table["mspe_dpse"].tolist() == [1.5, 3.0]

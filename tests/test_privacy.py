@@ -57,6 +57,24 @@ def test_gaussians_on_one_batch_are_one_gaussian_of_combined_noise():
     assert ours == pytest.approx(independent_pld(q, sigma / math.sqrt(2), steps), rel=1e-3)
 
 
+def test_unsampled_gaussians_compose_to_one_gaussian_exactly():
+    """DPSE's ledgers: many plain Gaussian releases. Their composition is one Gaussian of
+    summed 1/sigma^2; the analytic Gaussian curve (Balle and Wang) pins its epsilon, and
+    dp-accounting composing the parts separately must agree within its discretisation."""
+    parts = de.ComposedDpEvent([de.GaussianDpEvent(3), de.GaussianDpEvent(4.0),
+                                de.SelfComposedDpEvent(de.GaussianDpEvent(10.0), 50)])  # fmt: skip
+    sigma = (1 / 9 + 1 / 16 + 50 / 100) ** -0.5
+    analytic = brentq(lambda e: gaussian_delta(np.array([e]), sigma)[0] - DELTA, 1e-6, 50)
+    ours = epsilon(parts, DELTA)
+    assert analytic <= ours <= analytic * (1 + 1e-3)
+    accountant = pld_privacy_accountant.PLDAccountant()
+    accountant.compose(parts)
+    assert ours == pytest.approx(accountant.get_epsilon(DELTA), rel=2e-3)
+    # a sampled part keeps the general composition path
+    mixed = de.ComposedDpEvent([parts, de.PoissonSampledDpEvent(0.01, de.GaussianDpEvent(1.0))])
+    assert epsilon(mixed, DELTA) > ours
+
+
 def monte_carlo_delta(q, sigma, scale, eps, remove, n=400_000, seed=0):
     """Hockey-stick divergence of one Poisson batch carrying a Gaussian(sigma) and a
     Laplace(scale) release, by sampling outputs and their exact privacy loss."""

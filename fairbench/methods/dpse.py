@@ -18,10 +18,11 @@ mu s_k^2 / T per round (halved between the two with the constraint). The step is
 for f = the sum of the group mean losses (Algorithm 2, line 10: per-group means) and
 g = max_k M2_k / n_k - bound (bounded group loss, k* the argmax), then projection onto the
 box [-box, box]^P. Algorithm 3 (no constraint) writes the raw sum of group gradient sums
-instead; the suite keeps f for both. With raw sums, only the total noise of one aggregated
-gradient matters, sum_k 1/rho_k, which uneven budgets can only increase: tailoring could not
-help any group. Per-group means divide group k's noise by n_k, so budget moved towards small
-or poorly fitted groups pays off, which is the paper's premise.
+instead, i.e. the pooled loss where every record weighs the same: `objective: pooled` (the
+step divides by the total n). The default keeps Algorithm 2's f for both. With the pooled loss,
+only the total noise of one aggregated gradient matters, sum_k 1/rho_k, which uneven budgets
+can only increase: tailoring cannot help any group. Per-group means divide group k's noise by
+n_k, so budget moved towards small or poorly fitted groups can pay off, the paper's premise.
 Squared loss for regression; the logistic loss for binary classification
 (the paper's "easily translated" variant). The model has an intercept.
 
@@ -51,8 +52,16 @@ from the majority to the minority. Each group's stage-2 budget is then mu s_k^2 
 the group with the largest standard error gets the full mu and the others less than they
 could have. Stage 1's S_k share is per group too (tau/2), and X^T X, X^T Y take tau/4 each.
 
-`dpnose` runs the same stage 2 with s_k^2 = 1/K and no stage 1 (budget: everything but the
-counts).
+`dpnose` is the paper's baseline, "standard linear regression computed via DPGD (budget of
+rho) but with no group aware budget allocation": by default (`objective: pooled`, no
+constraint) T rounds of one Gaussian sum of all records' clipped gradients at the whole budget,
+with no counts and no stage 1. With a constraint, or `objective: group_means`, it runs DPSE's
+stage 2 with s_k^2 = 1/K (the tailoring ablation: only the budget split differs from dpse).
+
+What the comparison measures (fig-dpse, README). DPSE and DPNoSE as the paper defines them
+differ in two things: the budget tailoring and the objective (group means against the pooled
+loss). On the paper's mixtures (groups with opposite slopes) the objective moves the fit
+between groups, the tailoring only moves noise; fig-dpse reports both changes separately.
 """
 
 from __future__ import annotations
@@ -106,6 +115,9 @@ class DPSEHparams(Hparams):
     # `paper`: stage 2's noise at the scale Algorithm 2 writes it (a group's sum gets n_k times
     # the noise its sensitivity needs); the ledger accounts the noise actually added
     noise_scale: Literal["sensitivity", "paper"] = "sensitivity"
+    # stage 2's f: `group_means` weighs every group equally (Algorithm 2, line 10), `pooled`
+    # weighs every record equally (Algorithm 3's sum of group sums; DPNoSE's "standard DPGD")
+    objective: Literal["group_means", "pooled"] = "group_means"
 
 
 class _Budget:
@@ -256,8 +268,16 @@ class DPSE(Method):
         z = np.hstack([x, np.ones((len(y), 1))])
         k = task.n_groups
         constrained = bound is not None
-        budget = _Budget(rho, hp, k, self.tailored, hp.group_sizes == "private")
+        standard = not self.tailored and not constrained and hp.objective == "pooled"
+        counts = hp.group_sizes == "private" and not standard  # standard DPGD needs no n_k
+        budget = _Budget(rho, hp, k, self.tailored, counts)
         ledger = PrivacyLedger(parallel_groups=hp.composition == "parallel")
+        if standard:
+            theta = self._standard_dpgd(z, y, classify, budget.stage2, rng, ledger)
+            info = {"standard_errors": [], "budget_shares": [], "steps": hp.steps,
+                    "stage1_rho": 0.0, "stage2_rho": budget.stage2, "count_rho": 0.0,
+                    "bound": None, "noise_scale": hp.noise_scale}  # fmt: skip
+            return theta, ledger, info
         sizes = self._sizes(s, k, budget, rng, ledger)
         if self.tailored:
             se = self.standard_errors(z, y, s, sizes, k, classify, budget, rng, ledger)
@@ -275,7 +295,10 @@ class DPSE(Method):
             grads = _clip_rows(grads, hp.clip_norm)
             m1 = np.stack([gaussian_release(grads[s == g].sum(axis=0), stds[g], rng)
                            for g in range(k)])  # fmt: skip
-            step = (m1 / sizes[:, None]).sum(axis=0)  # grad of f = sum of group mean losses
+            if hp.objective == "group_means":  # grad of f = the sum of group mean losses
+                step = (m1 / sizes[:, None]).sum(axis=0)
+            else:  # the pooled mean loss
+                step = m1.sum(axis=0) / sizes.sum()
             if constrained:
                 clipped = np.clip(loss, 0, delta2)
                 # a clipped loss has sensitivity Delta^2 = clip_norm times a gradient's
@@ -300,13 +323,36 @@ class DPSE(Method):
                 "noise_scale": hp.noise_scale}  # fmt: skip
         return theta, ledger, info
 
+    def _standard_dpgd(self, z, y, classify: bool, rho: float, rng, ledger) -> np.ndarray:
+        """DPNoSE as the paper defines it, "standard DPGD": per round, one Gaussian sum of the
+        clipped per-record gradients of all records at the whole stage-2 budget."""
+        hp = self.hparams
+        n = len(y)  # public, as in DP-SGD
+        std = _std(hp.clip_norm, rho / hp.steps) * (n if hp.noise_scale == "paper" else 1)
+        theta = np.zeros(z.shape[1])
+        for _ in range(hp.steps):
+            _, grads = self._loss_grad(z, y, theta, classify)
+            noisy = gaussian_release(_clip_rows(grads, hp.clip_norm).sum(axis=0), std, rng)
+            theta = np.clip(theta - hp.lr * noisy / n, -hp.box, hp.box)
+        ledger.record(
+            "dpnose stage 2: standard DP gradient descent, one Gaussian sum per round",
+            dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(std / hp.clip_norm), hp.steps),
+        )
+        return theta
+
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
         raise ConfigError(f"method {self.name} runs full-batch rounds; `bench` does not time it")
 
 
+class DPNoSEHparams(DPSEHparams):
+    objective: Literal["group_means", "pooled"] = "pooled"  # the paper's "standard DPGD"
+
+
 class DPNoSE(DPSE):
     name = "dpnose"
-    description = "DPNoSE: DPSE's stage 2 with equal group budgets (DP gradient descent)"
+    description = "DPNoSE: standard DP gradient descent, no group-aware budget (the baseline)"
+    Hparams = DPNoSEHparams
+    hparams: DPNoSEHparams
     tailored = False

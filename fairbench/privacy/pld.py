@@ -165,12 +165,33 @@ class NoOptimisticBound(ValueError):
     """The event holds a release this module discretises only pessimistically."""
 
 
+def _gaussian_precision(event: dp_event.DpEvent) -> float | None:
+    """sum 1/sigma^2 when `event` composes only unsampled Gaussians (else None): their privacy
+    losses are Gaussian and add, so the composition *is* one Gaussian of noise multiplier
+    precision^-1/2. Building that one PLD is exact and avoids the discretisation error (and
+    time) of composing many (DPSE's stage 1 and its per-group rounds)."""
+    if isinstance(event, dp_event.GaussianDpEvent):
+        return float(event.noise_multiplier) ** -2
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        inner = _gaussian_precision(event.event)
+        return None if inner is None else event.count * inner
+    if isinstance(event, dp_event.ComposedDpEvent) and event.events:
+        parts = [_gaussian_precision(part) for part in event.events]
+        return None if any(p is None for p in parts) else sum(parts)
+    return None
+
+
 def build(event: dp_event.DpEvent, interval: float, pessimistic: bool = True) -> PLD:
     """The PLD (add/remove-one neighbours unless the event says otherwise) of `event`.
     `pessimistic=False` rounds the other way, giving a lower bound on epsilon (for
     cross-checks); the two custom releases have no such form and raise NoOptimisticBound."""
     if isinstance(event, dp_event.NoOpDpEvent):
         return pld_lib.identity(interval, pessimistic)
+    if (precision := _gaussian_precision(event)) is not None:  # one Gaussian, exactly
+        return pld_lib.from_gaussian_mechanism(
+            precision**-0.5, value_discretization_interval=interval,
+            pessimistic_estimate=pessimistic, use_connect_dots=pessimistic,
+        )  # fmt: skip
     if isinstance(event, dp_event.ComposedDpEvent):
         result = pld_lib.identity(interval, pessimistic)
         for part in event.events:
