@@ -1,4 +1,5 @@
-"""Reports of a finished (or partly finished) run: trials.csv, pareto.csv/.md and figures."""
+"""Reports of a finished (or partly finished) run: trials.csv, pareto.csv/.md, paired.csv/.md
+(paired comparisons at fixed violation levels) and figures."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import yaml
 from fairbench.report.aggregate import pareto_points, trials_frame
 from fairbench.report.constraints import constraint_values, constraints_markdown
 from fairbench.report.groups import group_markdown, group_table, smallest_group_figure
+from fairbench.report.paired import paired_markdown, paired_table
 from fairbench.report.plots import satisfaction_figures, trade_off_figures
 from fairbench.report.references import compare, references_markdown
 from fairbench.report.tables import pareto_markdown, write_trials_csv
@@ -47,6 +49,9 @@ def write_report(run_dir: Path) -> Report:
     write_trials_csv(trials, out.trials_csv)
     points.to_csv(out.pareto_csv, index=False)
     out.pareto_md.write_text(pareto_markdown(points, title))
+    paired = paired_table(trials)
+    paired.to_csv(run_dir / "paired.csv", index=False)
+    (run_dir / "paired.md").write_text(paired_markdown(paired, title))
     values = constraint_values(trials)
     values.to_csv(out.constraints_csv, index=False)
     (run_dir / "constraints.md").write_text(constraints_markdown(values, title))

@@ -3,6 +3,8 @@ points are on the error-violation frontier."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -31,8 +33,19 @@ PARETO_COLUMNS = [
     "epsilon_spent_max",
     "wall_seconds_mean",
     "satisfied_fraction",
+    "satisfied_ci_low",
+    "satisfied_ci_high",
     "on_frontier",
 ]
+
+
+def clopper_pearson(successes: int, n: int) -> tuple[float, float]:
+    """Exact two-sided 95% interval of a binomial proportion (NaN, NaN for n = 0)."""
+    if n == 0:
+        return math.nan, math.nan
+    low = stats.beta.ppf(0.025, successes, n - successes + 1) if successes > 0 else 0.0
+    high = stats.beta.ppf(0.975, successes + 1, n - successes) if successes < n else 1.0
+    return float(low), float(high)
 
 
 def ci95(values: pd.Series) -> float:
@@ -87,6 +100,11 @@ def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
         epsilon_spent_max=("epsilon_spent", "max"),
         wall_seconds_mean=("wall_seconds", "mean"),
     ).reset_index()
+    satisfied = grouped["test_satisfied"].agg(["sum", "count"]).reset_index(drop=True)
+    pairs = zip(satisfied["sum"], satisfied["count"], strict=True)
+    bounds = [clopper_pearson(int(k), int(n)) for k, n in pairs]
+    points["satisfied_ci_low"] = [b[0] for b in bounds]
+    points["satisfied_ci_high"] = [b[1] for b in bounds]
     points["on_frontier"] = False
     for _, idx in points.groupby(PANEL, dropna=False).groups.items():
         panel = points.loc[idx]

@@ -78,7 +78,8 @@ def pareto_markdown(points: pd.DataFrame, title: str) -> str:
         "the constraint's gap on the test split with hard (argmax) predictions. ε is spent as "
         "reported by the suite's PLD accountant; hyperparameter tuning is not charged to the "
         "privacy budget. γ met: share of seeds whose every rate constraint holds on the test "
-        "split, for methods told the allowed disparity γ. ★ marks the Pareto frontier within a "
+        "split, for methods told the allowed disparity γ (or α), with its exact (Clopper-Pearson) "
+        "95% interval. ★ marks the Pareto frontier within a "
         "table.",
     ]
     for key, panel in points.groupby(PANEL, sort=True, dropna=False):
@@ -94,7 +95,12 @@ def pareto_markdown(points: pd.DataFrame, title: str) -> str:
         for row in panel.itertuples():
             knob = "" if math.isnan(row.knob) else f"{row.knob:g}"
             spent = "" if math.isinf(eps) else f"{row.epsilon_spent_max:.4f}"
-            met = "" if math.isnan(row.satisfied_fraction) else f"{row.satisfied_fraction:.0%}"
+            met = (
+                ""
+                if math.isnan(row.satisfied_fraction)
+                else f"{row.satisfied_fraction:.0%} [{row.satisfied_ci_low:.0%}, "
+                f"{row.satisfied_ci_high:.0%}]"
+            )
             lines.append(
                 f"| {row.label} | {knob} | {row.config_id} | {row.n_seeds} | "
                 f"{_fmt(row.test_error_mean, row.test_error_ci95)} | "
