@@ -15,7 +15,7 @@ endif
 
 .PHONY: install run test lint bench audit report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
 	fig-credit-parkinsons table-step-time \
-	table-datasets fig-multigroup fig-acs fig-dp-fermi fig-dpse
+	table-datasets fig-multigroup fig-acs fig-dp-fermi fig-dpse tune-adult-dp
 
 install: $(STAMP)
 
@@ -52,6 +52,11 @@ audit: install
 
 report: install
 	$(BIN)/fairbench report runs/$(CONFIG)
+
+# Equal-budget tuning (fairbench tune) on Adult at epsilon 1: results/tune/adult-dp/tuning.md,
+# the selected run configs in selected/, and their fresh-seed runs in final/.
+tune-adult-dp: install
+	$(BIN)/fairbench tune tune-adult-dp --out results/tune/adult-dp --charge-tuning $(if $(WORKERS),--workers $(WORKERS))
 
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
 # results/figures/<target>/; re-running resumes and skips finished trials.

@@ -187,6 +187,34 @@ def check(
 
 
 @app.command()
+def tune(
+    config: Annotated[str, typer.Argument(help="tune config: YAML path or bundled name")],
+    out: Annotated[Path | None, typer.Option(help="output directory (default runs/NAME)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar (for CI)")] = False,
+    charge_tuning: Annotated[
+        bool, typer.Option(help="report the privacy cost of tuning under the stated bound")
+    ] = False,
+) -> None:
+    """Equal-budget random search per method, selection on validation, the selected
+    configurations re-run on fresh seeds; writes selected/*.yaml (run configs) and tuning.md."""
+    from fairbench.runner.execute import default_workers
+    from fairbench.runner.tune import load_tune_config, run_tune
+
+    spec = load_tune_config(config)
+    out = out or Path("runs") / spec.name
+    table, failures = run_tune(spec, out, workers or default_workers(), quiet, charge_tuning,
+                               warn=err_console.print)  # fmt: skip
+    reached = table["selected"].notna().sum()
+    console.print(f"{reached} of {len(table)} (method, target, ε) selections reached their "
+                  f"target → {out / 'tuning.md'}; run configs in {out / 'selected'}")  # fmt: skip
+    for line in failures:
+        err_console.print(f"failed {line}")
+    if failures:
+        raise typer.Exit(1)
+
+
+@app.command()
 def report(run_dir: Path) -> None:
     """(Re)write trials.csv, pareto.csv, pareto.md and figures/ of a run directory."""
     from fairbench.report import write_report

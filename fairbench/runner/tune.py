@@ -1,0 +1,369 @@
+"""`fairbench tune`: hyperparameter search with the same budget for every method.
+
+Protocol (one rule for all methods, so no method is favoured by how hard it was tuned):
+1. Search: per method, `budget` configurations drawn at random from its space (the fairness
+   knob included, as key `knob`), each fitted on every `search_seeds` seed at every epsilon.
+   The search is an ordinary run (OUT/search), so it resumes and parallelises like one.
+2. Select, per (dataset, constraint, epsilon, target, method), on the validation split only:
+   the lowest mean validation error among configurations whose mean validation violation is
+   within the target. A method with no such configuration cannot reach the target.
+3. Final: each selected configuration is re-run on `final_seeds` fresh seeds (disjoint from
+   the search seeds) and evaluated once on test (OUT/final/<dataset>-eps<e>). The selected
+   configurations are saved as run configs (OUT/selected/<dataset>-eps<e>.yaml), which
+   `fairbench run` reuses as they are.
+
+Privacy of tuning. By default it is not charged, as in the papers, and every table says so.
+`charge_tuning` reports, per selection, the epsilon of the whole procedure under the stated
+bound: the validation split is treated as public (selection is then post-processing of the
+search fits), so tuning plus one final model costs the PLD composition of every search fit of
+that method and epsilon and of the final fit, all on the same training split.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from dp_accounting import dp_event
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from fairbench.errors import ConfigError
+from fairbench.methods import method_class
+from fairbench.privacy import PrivacyLedger, epsilon
+from fairbench.report.aggregate import ci95, trials_frame
+from fairbench.runner.config import (
+    DatasetEntry,
+    ExperimentConfig,
+    _Strict,
+    parse_config,
+    resolve_path,
+)
+from fairbench.runner.execute import execute, prepare_run
+from fairbench.runner.store import finished_rows
+
+KNOB = "knob"
+
+
+class MethodSpace(_Strict):
+    name: str
+    label: str | None = None
+    hparams: dict[str, Any] = Field(default_factory=dict)  # fixed, not searched
+    # name -> a list (uniform choice), {log: [lo, hi]} or {uniform: [lo, hi]}; `knob` is the
+    # method's fairness knob
+    space: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("space")
+    @classmethod
+    def _distributions(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name, dist in value.items():
+            if isinstance(dist, list) and dist:
+                continue
+            if isinstance(dist, dict) and len(dist) == 1:
+                (kind, bounds), = dist.items()  # fmt: skip
+                if kind in ("log", "uniform") and _interval(bounds, kind == "log"):
+                    continue
+            raise ValueError(
+                f"space.{name}: give a non-empty list, {{log: [lo, hi]}} (0 < lo < hi) or "
+                "{uniform: [lo, hi]} (lo < hi)"
+            )
+        return value
+
+
+def _interval(bounds: Any, positive: bool) -> bool:
+    return (
+        isinstance(bounds, list)
+        and len(bounds) == 2
+        and all(isinstance(b, int | float) for b in bounds)
+        and bounds[0] < bounds[1]
+        and (bounds[0] > 0 or not positive)
+    )
+
+
+class TuneConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    datasets: list[DatasetEntry] = Field(min_length=1)
+    constraint: str = "demographic_parity"
+    epsilons: list[float] = Field(min_length=1)
+    delta: float = 1e-5
+    targets: list[float] = Field(min_length=1)  # allowed validation violation
+    budget: int = Field(ge=1)  # configurations per method (per dataset, constraint, epsilon)
+    search_seeds: list[int] = Field(min_length=1)
+    final_seeds: list[int] = Field(min_length=10)
+    seed: int = 0  # of the random search
+    methods: list[MethodSpace] = Field(min_length=1)
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _names_as_entries(cls, value: Any) -> Any:
+        return ExperimentConfig._names_as_entries(value)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if set(self.search_seeds) & set(self.final_seeds):
+            raise ValueError("final_seeds must be fresh: share no seed with search_seeds")
+        if any(t <= 0 for t in self.targets):
+            raise ValueError("targets are allowed violations: each must be > 0")
+        labels = [m.label or m.name for m in self.methods]
+        if len(set(labels)) != len(labels):
+            raise ValueError("two methods share a label; give each its own `label`")
+        return self
+
+
+def load_tune_config(name_or_path: str) -> TuneConfig:
+    path = resolve_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: malformed YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a tune config is a YAML mapping of keys")
+    try:
+        config = TuneConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            section = {"methods": MethodSpace, "datasets": DatasetEntry}.get(
+                str(err["loc"][0]) if len(err["loc"]) > 1 else "", TuneConfig
+            )
+            raise ConfigError(f"{path}: unknown key {where!r}; valid keys there: "
+                              f"{', '.join(section.model_fields)}") from None  # fmt: skip
+        raise ConfigError(f"{path}: field {where!r}: {err['msg']}") from None
+    for entry in config.methods:
+        if KNOB in entry.space and method_class(entry.name).knob is None:
+            raise ConfigError(f"{path}: method {entry.name} has no fairness knob to search")
+    return config
+
+
+def sample_configurations(config: TuneConfig) -> dict[str, list[dict[str, Any]]]:
+    """label -> `budget` configurations (hparams with the knob under `knob`), drawn by one
+    seeded generator per method, so adding a method never changes another's draws."""
+    out = {}
+    for index, entry in enumerate(config.methods):
+        rng = np.random.default_rng([config.seed, index])
+        out[entry.label or entry.name] = [
+            {name: _draw(dist, rng) for name, dist in sorted(entry.space.items())}
+            for _ in range(config.budget)
+        ]
+    return out
+
+
+def _draw(dist: Any, rng: np.random.Generator) -> Any:
+    if isinstance(dist, list):
+        value = dist[int(rng.integers(len(dist)))]
+        return value.item() if isinstance(value, np.generic) else value
+    (kind, (lo, hi)), = dist.items()  # fmt: skip
+    if kind == "log":
+        value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    else:
+        value = float(rng.uniform(lo, hi))
+    return round(value, 6)
+
+
+def search_config(config: TuneConfig) -> ExperimentConfig:
+    """The search as one run: an entry per (method, configuration), labelled `label#i`."""
+    draws = sample_configurations(config)
+    methods = []
+    for entry in config.methods:
+        label = entry.label or entry.name
+        for i, drawn in enumerate(draws[label]):
+            hparams = {**entry.hparams, **{k: v for k, v in drawn.items() if k != KNOB}}
+            knobs = [drawn[KNOB]] if KNOB in drawn else None
+            methods.append({"name": entry.name, "label": f"{label}#{i}", "hparams": hparams,
+                            "knobs": knobs})  # fmt: skip
+    return parse_config(
+        {
+            "name": f"{config.name}-search",
+            "datasets": [d.model_dump() for d in config.datasets],
+            "constraint": config.constraint,
+            "epsilons": config.epsilons,
+            "delta": config.delta,
+            "seeds": config.search_seeds,
+            "methods": methods,
+        },
+        f"{config.name} (search)",
+    )
+
+
+def select(config: TuneConfig, search_rows: list[dict]) -> pd.DataFrame:
+    """One row per (dataset, constraint, epsilon, target, method): the selected configuration
+    (or none), from validation means over the search seeds only."""
+    trials = trials_frame(search_rows)
+    trials["method_label"] = trials["label"].str.rsplit("#", n=1).str[0]
+    means = (
+        trials.groupby(["dataset", "epsilon", "method_label", "label"])
+        .agg(val_error=("val_error", "mean"), val_violation=("val_violation", "mean"),
+             seeds=("seed", "nunique"), hparams=("hparams", "first"), knob=("knob", "first"))
+        .reset_index()
+    )  # fmt: skip
+    rows = []
+    keys = means.groupby(["dataset", "epsilon", "method_label"])
+    for target, ((dataset, eps, label), group) in itertools.product(config.targets, keys):
+        feasible = group[group["val_violation"] <= target].sort_values("val_error", kind="stable")
+        row = {"dataset": dataset, "constraint": config.constraint, "epsilon": eps,
+               "target": target, "method": label, "candidates": len(group),
+               "feasible": len(feasible), "selected": None, "hparams": None, "knob": None,
+               "val_error": math.nan, "val_violation": math.nan}  # fmt: skip
+        if len(feasible):
+            best = feasible.iloc[0]
+            knob = None if pd.isna(best["knob"]) else float(best["knob"])
+            row.update(selected=best["label"], hparams=best["hparams"], knob=knob,
+                       val_error=float(best["val_error"]),
+                       val_violation=float(best["val_violation"]))  # fmt: skip
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def final_configs(config: TuneConfig, selection: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """File stem -> a run config of the selected configurations for one dataset and epsilon,
+    on the fresh seeds. A configuration selected at several targets runs once."""
+    datasets = {d.name: d.model_dump() for d in config.datasets}
+    names = {m.label or m.name: m.name for m in config.methods}
+    out = {}
+    chosen = selection.dropna(subset=["selected"])
+    for (dataset, eps), group in chosen.groupby(["dataset", "epsilon"], sort=True):
+        methods, seen = [], set()
+        for row in group.itertuples(index=False):
+            if row.selected in seen:
+                continue
+            seen.add(row.selected)
+            methods.append({"name": names[row.method], "label": row.selected.replace("#", "-"),
+                            "hparams": row.hparams,
+                            "knobs": None if pd.isna(row.knob) else [float(row.knob)]})  # fmt: skip
+        private = math.isfinite(eps)
+        stem = f"{dataset}-eps{eps:g}" if private else f"{dataset}-nonprivate"
+        out[stem] = {"name": f"{config.name}-{stem}", "datasets": [datasets[dataset]],
+                     "constraint": config.constraint, "epsilons": [float(eps)] if private else [],
+                     "delta": config.delta, "seeds": config.final_seeds,
+                     "methods": methods}  # fmt: skip
+    return out
+
+
+def summarise(
+    selection: pd.DataFrame, final_rows: list[dict], search_rows: list[dict], charge: bool
+) -> pd.DataFrame:
+    """The selection table with each selected configuration's final test error and violation
+    (mean ± 95% CI over the fresh seeds) and, with `charge`, the tuning epsilon bound."""
+    final = trials_frame(final_rows) if final_rows else pd.DataFrame()
+    out = selection.copy()
+    for column in ("final_seeds", "test_error", "test_error_ci95", "test_violation",
+                   "test_violation_ci95", "tuning_epsilon"):  # fmt: skip
+        out[column] = math.nan
+    for i, row in out.iterrows():
+        if pd.isna(row["selected"]):
+            continue
+        label = row["selected"].replace("#", "-")
+        trials = final[(final["label"] == label) & (final["dataset"] == row["dataset"])
+                       & (final["epsilon"] == row["epsilon"])] if len(final) else final  # fmt: skip
+        if len(trials):
+            out.loc[i, "final_seeds"] = trials["seed"].nunique()
+            out.loc[i, "test_error"] = trials["test_error"].mean()
+            out.loc[i, "test_error_ci95"] = ci95(trials["test_error"])
+            out.loc[i, "test_violation"] = trials["test_violation"].mean()
+            out.loc[i, "test_violation_ci95"] = ci95(trials["test_violation"])
+        if charge and math.isfinite(row["epsilon"]) and len(trials):
+            out.loc[i, "tuning_epsilon"] = tuning_epsilon(
+                search_rows, row["dataset"], row["epsilon"], row["method"], trials.iloc[0]
+            )
+    return out
+
+
+def tuning_epsilon(search_rows: list[dict], dataset: str, eps: float, method: str,
+                   final_row: pd.Series) -> float:  # fmt: skip
+    """The stated bound: the PLD composition of every search fit of `method` at `eps` on
+    `dataset` and one final fit (validation treated as public; see the module docstring)."""
+    ledgers = [
+        PrivacyLedger.from_json(r["ledger"])
+        for r in search_rows
+        if r["dataset"] == dataset and r["epsilon"] == eps
+        and r["label"].rsplit("#", 1)[0] == method
+    ]  # fmt: skip
+    ledgers.append(PrivacyLedger.from_json(final_row["ledger"]))
+    composed = dp_event.ComposedDpEvent([ledger.event for ledger in ledgers])
+    return epsilon(composed, float(final_row["delta"]))
+
+
+def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> str:
+    lines = [
+        f"# {config.name}: tuning with equal budgets",
+        "",
+        f"Random search: {config.budget} configurations per method, each fitted on "
+        f"{len(config.search_seeds)} search seed(s) at every epsilon. Selection on the "
+        "validation split only: the lowest mean validation error among configurations whose "
+        "mean validation violation is within the target. Final: the selected configuration "
+        f"on {len(config.final_seeds)} fresh seeds, evaluated once on test (mean ± 95% CI).",
+        "",
+        (
+            "Tuning epsilon: PLD composition of every search fit and one final fit, with the "
+            "validation split treated as public (the bound stated in fairbench.runner.tune)."
+            if charge
+            else "The privacy cost of tuning is not charged (as in the papers): the ε of each "
+            "final model covers its own training only. `--charge-tuning` reports a bound."
+        ),
+    ]
+    for (dataset, eps, target), group in summary.groupby(["dataset", "epsilon", "target"]):
+        columns = ["method", "feasible / candidates", "selected", "knob", "val error",
+                   "val violation", "test error", "test violation"]  # fmt: skip
+        header = "| " + " | ".join(columns + (["tuning ε"] if charge else [])) + " |"
+        rule = "|---|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if charge else "")
+        title = f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}"
+        lines += ["", title, "", header, rule]
+        for r in group.itertuples(index=False):
+            if pd.isna(r.selected):
+                cells = [r.method, f"{r.feasible} / {r.candidates}", "cannot reach the target",
+                         "", "", "", "", ""]  # fmt: skip
+            else:
+                cells = [r.method, f"{r.feasible} / {r.candidates}", r.selected,
+                         "" if pd.isna(r.knob) else f"{r.knob:g}", f"{r.val_error:.4f}",
+                         f"{r.val_violation:.4f}",
+                         f"{r.test_error:.4f} ± {r.test_error_ci95:.4f}",
+                         f"{r.test_violation:.4f} ± {r.test_violation_ci95:.4f}"]  # fmt: skip
+            if charge:
+                cells.append("" if math.isnan(r.tuning_epsilon) else f"{r.tuning_epsilon:.3f}")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, summary: pd.DataFrame, finals: dict[str, dict], config: TuneConfig,
+                  charge: bool) -> None:  # fmt: skip
+    """selected/<stem>.yaml (run configs), tuning.json and tuning.md."""
+    (out / "selected").mkdir(parents=True, exist_ok=True)
+    for stem, data in finals.items():
+        (out / "selected" / f"{stem}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    records = json.loads(summary.to_json(orient="records"))
+    (out / "tuning.json").write_text(json.dumps(records, indent=1))
+    (out / "tuning.md").write_text(tuning_markdown(summary, config, charge))
+
+
+def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: bool,
+             warn: Callable[[str], None] = print) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+    """Search, select, re-run on fresh seeds, write everything under `out`. Returns the
+    summary and the failed trials' messages (search and final)."""
+    from fairbench.report import write_report
+
+    failures = []
+    search_dir = out / "search"
+    summary = execute(prepare_run(search_config(config), search_dir, warn), search_dir, workers,
+                      quiet)  # fmt: skip
+    failures += [f"search {trial}: {error.splitlines()[-1]}" for trial, error in summary.failed]
+    rows = finished_rows(search_dir, "select from")
+    selection = select(config, rows)
+    finals = final_configs(config, selection)
+    final_rows: list[dict] = []
+    for stem, data in finals.items():
+        run_dir = out / "final" / stem
+        specs = prepare_run(parse_config(data, stem), run_dir, warn)
+        done = execute(specs, run_dir, workers, quiet)
+        failures += [f"final {trial}: {error.splitlines()[-1]}" for trial, error in done.failed]
+        write_report(run_dir)
+        final_rows += finished_rows(run_dir, "summarise")
+    table = summarise(selection, final_rows, rows, charge)
+    write_outputs(out, table, finals, config, charge)
+    return table, failures

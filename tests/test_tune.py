@@ -1,0 +1,105 @@
+"""`fairbench tune`: equal budgets, validation-only selection, fresh final seeds, reusable
+selected configs, and the stated tuning-privacy bound."""
+
+import json
+import math
+
+import pytest
+import yaml
+
+from fairbench.errors import ConfigError
+from fairbench.report.aggregate import trials_frame
+from fairbench.runner.config import expand, parse_config
+from fairbench.runner.store import finished_rows
+from fairbench.runner.tune import TuneConfig, load_tune_config, sample_configurations
+
+BASE = {
+    "name": "t",
+    "datasets": [{"name": "synthetic", "options": {"n_rows": 1200}}],
+    "epsilons": [3.0],
+    "targets": [0.1, 0.3],
+    "budget": 3,
+    "search_seeds": [100],
+    "final_seeds": list(range(10)),
+    "methods": [
+        {"name": "dp-sgd", "hparams": {"epochs": 2},
+         "space": {"lr": {"log": [0.05, 2.0]}, "batch_size": [64, 128]}},
+        {"name": "raco-dp", "hparams": {"epochs": 2},
+         "space": {"lr": {"uniform": [0.1, 1.0]}, "knob": [0.05, 0.1]}},
+    ],
+}  # fmt: skip
+
+
+def test_every_method_gets_the_same_budget_drawn_reproducibly_within_its_space():
+    draws = sample_configurations(TuneConfig.model_validate(BASE))
+    assert {k: len(v) for k, v in draws.items()} == {"dp-sgd": 3, "raco-dp": 3}
+    assert draws == sample_configurations(TuneConfig.model_validate(BASE))
+    assert all(0.05 <= d["lr"] <= 2.0 and d["batch_size"] in (64, 128) for d in draws["dp-sgd"])
+    assert all(d["knob"] in (0.05, 0.1) for d in draws["raco-dp"])
+    alone = sample_configurations(
+        TuneConfig.model_validate({**BASE, "methods": BASE["methods"][:1]})
+    )
+    assert alone["dp-sgd"] == draws["dp-sgd"]  # another method's presence changes nothing
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"final_seeds": [100, *range(1, 10)]}, "fresh"),
+        ({"final_seeds": [1, 2]}, "final_seeds"),
+        ({"methods": [{"name": "dp-sgd", "space": {"knob": [0.1]}}]}, "no fairness knob"),
+        ({"methods": [{"name": "dp-sgd", "space": {"lr": {"log": [0, 1]}}}]}, "space.lr"),
+        ({"budjet": 3}, "unknown key 'budjet'"),
+    ],
+)
+def test_bad_tune_configs_are_one_line_errors(tmp_path, change, message):
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **change}))
+    with pytest.raises(ConfigError, match=message) as info:
+        load_tune_config(str(path))
+    assert "\n" not in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    from fairbench.runner.tune import run_tune
+
+    out = tmp_path_factory.mktemp("tune")
+    config = TuneConfig.model_validate(BASE)
+    table, failures = run_tune(config, out, workers=1, quiet=True, charge=True,
+                               warn=lambda _: None)  # fmt: skip
+    assert failures == []
+    return out, table
+
+
+def test_selection_uses_validation_only_and_follows_the_one_rule(tuned):
+    out, table = tuned
+    search = trials_frame(finished_rows(out / "search", "test"))
+    assert len(search) == 2 * 3 * 1  # methods x budget x search seeds
+    for row in table.itertuples(index=False):
+        mine = search[search["label"].str.startswith(row.method + "#")]
+        feasible = mine[mine["val_violation"] <= row.target]
+        if feasible.empty:
+            assert isinstance(row.selected, float) and math.isnan(row.selected)
+            continue
+        assert row.selected == feasible.sort_values("val_error").iloc[0]["label"]
+        assert row.val_violation <= row.target
+    assert table["selected"].notna().any()
+
+
+def test_selected_configs_run_on_fresh_seeds_and_are_reusable_by_run(tuned):
+    out, _ = tuned
+    (stem,) = [p.stem for p in (out / "selected").glob("*.yaml")]
+    saved = parse_config(yaml.safe_load((out / "selected" / f"{stem}.yaml").read_text()))
+    final = finished_rows(out / "final" / stem, "test")
+    assert {r["seed"] for r in final} == set(range(10))
+    # `fairbench run` on the saved config names exactly the trials the final run holds
+    assert {s.trial_id for s in expand(saved, warn=lambda _: None)} == {
+        r["trial_id"] for r in final
+    }
+    summary = json.loads((out / "tuning.json").read_text())
+    chosen = [r for r in summary if r["selected"] is not None]
+    assert all(r["final_seeds"] == 10 and r["test_error"] > 0 for r in chosen)
+    # the stated bound: the composition of 3 search fits and 1 final fit at eps 3 each
+    assert all(3.0 < r["tuning_epsilon"] < 4 * 3.0 for r in chosen)
+    assert "tuning ε" in (out / "tuning.md").read_text()
