@@ -13,7 +13,7 @@ ifneq ($(FAIRBENCH_DATA),)
 export FAIRBENCH_DATA
 endif
 
-.PHONY: install run test lint bench audit report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
+.PHONY: install run test lint bench bench-figure audit report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
 	fig-credit-parkinsons table-step-time \
 	table-datasets fig-multigroup fig-acs fig-dp-fermi fig-dpse tune-adult-dp
 
@@ -38,6 +38,11 @@ lint: install
 
 bench: install
 	$(BIN)/fairbench bench --fits
+
+# The full Adult demographic-parity figure (all methods, 3 epsilons, 10 seeds) timed from
+# scratch in a temporary directory, with each method's share: writes fig-adult-dp_time.json.
+bench-figure: install
+	$(BIN)/fairbench bench --figure fig-adult-dp --out results/figures/table-step-time $(if $(WORKERS),--workers $(WORKERS))
 
 # Canary audits (fairbench audit): DP-SGD and RaCO-DP at claimed epsilon 1 and 4, each epsilon-1
 # audit with its power check (the same audit with the Gaussian noise off must be caught).

@@ -140,3 +140,30 @@ def write_step_table(result: dict[str, Any], folder: Path) -> None:
                   "included):", "", "| method | seconds |", "|---|---:|"]  # fmt: skip
         lines += [f"| {name} | {s:.1f} |" for name, s in result["fit_seconds"].items()]
     (folder / "step_time.md").write_text("\n".join(lines) + "\n")
+
+
+def figure_time(config_name: str, run_dir: Path, workers: int) -> dict[str, Any]:
+    """Wall time of a whole figure run from scratch (`run_dir` must not hold one), with each
+    method's share: the sum of its trials' seconds, and the wall time attributed to it in
+    proportion to that sum (workers run trials of all methods side by side)."""
+    from fairbench.errors import ConfigError
+    from fairbench.runner.config import load_config
+    from fairbench.runner.execute import execute, prepare_run
+    from fairbench.runner.store import finished_rows
+
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(f"{run_dir} is not empty; a figure is timed from scratch")
+    config = load_config(config_name)
+    start = time.perf_counter()
+    summary = execute(prepare_run(config, run_dir, warn=lambda _: None), run_dir, workers, True)
+    wall = time.perf_counter() - start
+    rows = pd.DataFrame(finished_rows(run_dir, "time"))
+    per_label = rows.groupby("label")["wall_seconds"].agg(["count", "sum"])
+    total = float(per_label["sum"].sum())
+    methods = {
+        label: {"trials": int(r["count"]), "trial_seconds": float(r["sum"]),
+                "wall_seconds_share": wall * float(r["sum"]) / total}
+        for label, r in per_label.sort_values("sum", ascending=False).iterrows()
+    }  # fmt: skip
+    return {"figure": config.name, "trials": len(rows), "failed": len(summary.failed),
+            "workers": workers, "wall_seconds": wall, "methods": methods}  # fmt: skip

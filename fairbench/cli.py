@@ -447,9 +447,18 @@ def bench(
         Path | None, typer.Option(help="also write step_time.json/.csv/.md into this folder")
     ] = None,
     fits: Annotated[bool, typer.Option(help="also time one whole trial per method")] = False,
+    figure: Annotated[
+        str | None, typer.Option(help="instead, time this figure config run from scratch")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="--figure: processes")] = None,
 ) -> None:
-    """Median wall time per training step of each method, and ratios to DP-SGD."""
+    """Median wall time per training step of each method, and ratios to DP-SGD; or, with
+    --figure, the wall time of a whole figure run and each method's share."""
     from fairbench.bench import fit_times, step_times, write_step_table
+
+    if figure is not None:
+        _bench_figure(figure, out, workers, as_json)
+        return
 
     result = step_times(batch_size=batch_size, rounds=rounds, device=device)
     if fits:
@@ -472,6 +481,32 @@ def bench(
         console.print(f"one {name} trial (defaults, ε = 1): {seconds:.1f} s")
     if result["ratio_to_published"]:
         console.print("published code: per-step times measured in the RaCO-DP paper (Table 2)")
+
+
+def _bench_figure(figure: str, out: Path | None, workers: int | None, as_json: bool) -> None:
+    import tempfile
+
+    from fairbench.bench import figure_time
+    from fairbench.runner.execute import default_workers
+
+    with tempfile.TemporaryDirectory() as scratch:
+        result = figure_time(figure, Path(scratch) / "run", workers or default_workers())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{result['figure']}_time.json").write_text(json.dumps(result, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    minutes = result["wall_seconds"] / 60
+    console.print(f"{result['figure']}: {result['trials']} trials ({result['failed']} failed) "
+                  f"in {minutes:.1f} min on {result['workers']} workers")  # fmt: skip
+    table = Table(title="time per method")
+    for col in ("method", "trials", "trial seconds (sum)", "wall minutes (share)"):
+        table.add_column(col)
+    for label, m in result["methods"].items():
+        table.add_row(escape(label), str(m["trials"]), f"{m['trial_seconds']:.0f}",
+                      f"{m['wall_seconds_share'] / 60:.1f}")  # fmt: skip
+    console.print(table)
 
 
 @app.command()

@@ -378,3 +378,20 @@ def test_batches_cover_every_trial_once():
     specs = list(range(37))
     parts = batches(specs, workers=2)
     assert [s for part in parts for s in part] == specs and len(parts) == 8
+
+
+def test_bench_times_a_whole_figure_and_splits_it_by_method(cli, tmp_path):
+    config = tmp_path / "mini.yaml"
+    config.write_text(
+        "name: mini\ndatasets: [{name: synthetic, options: {n_rows: 600}}]\nepsilons: [2.0]\n"
+        "seeds: 2\nmethods: [{name: erm}, {name: dp-sgd, hparams: {epochs: 1}}]\n"
+    )
+    code, out, err = cli("bench", "--figure", str(config), "--workers", "1", "--json",
+                         "--out", str(tmp_path / "timing"))  # fmt: skip
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["figure"], result["trials"], result["failed"]) == ("mini", 4, 0)
+    assert {k: v["trials"] for k, v in result["methods"].items()} == {"erm": 2, "dp-sgd": 2}
+    shares = sum(v["wall_seconds_share"] for v in result["methods"].values())
+    assert shares == pytest.approx(result["wall_seconds"])
+    assert (tmp_path / "timing" / "mini_time.json").is_file()
