@@ -227,3 +227,83 @@ def test_group_table_reports_the_comparison_and_the_tailoring_change():
     assert table["relative_change"].tolist() == pytest.approx([0.5, -0.25])
     assert table["tailoring_change"].tolist() == pytest.approx([0.25, -1 / 11])
     assert table["mspe_dpse"].tolist() == [1.5, 3.0]
+
+
+def _releases_on(task, method, spec, replay=None):
+    """Fit once, recording each release's exact value; with `replay`, the method receives the
+    recorded noisy values instead of its own, so both runs walk the same path."""
+    from fairbench.privacy.noise import observe_releases
+
+    exact, noisy = [], []
+
+    def observer(kind, value, noised):
+        exact.append(np.array(value, dtype=float))
+        given = noised if replay is None else replay[len(exact) - 1]
+        noisy.append(given)
+        return given
+
+    with observe_releases(observer):
+        fitted = method.fit(task, PrivacyBudget(2.0), spec, seed=0)
+    return exact, noisy, fitted
+
+
+@pytest.mark.parametrize("constraint", [None, 3.0])
+def test_one_record_moves_each_release_by_at_most_its_clip_bound(mixture, constraint):
+    """Add/remove neighbours: an extreme record (huge features and target) added to group 2.
+    Replaying the first run's noisy values makes both runs release at the same parameters, so
+    each release's exact change is that record's influence. It must stay within the bound the
+    release is noised for: 1 (count), clip_x^2 (X^T X, Frobenius), clip_x clip_y (X^T Y),
+    Delta^2 (residual and loss sums), Delta (gradient sums)."""
+    import dataclasses
+
+    from fairbench.task import Split
+
+    hp = {"steps": 4, "clip_x": 2.0, "clip_y": 3.0, "clip_norm": 1.5}
+    method = get_method("dpse", **hp)
+    spec = FairnessSpec("bounded_group_loss", constraint)
+    extreme = Split(np.full((1, mixture.n_features), 50.0, dtype=np.float32),
+                    np.array([1e3]), np.array([2]))  # fmt: skip
+    train = mixture.train
+    joined = Split(np.vstack([train.X, extreme.X]), np.concatenate([train.y, extreme.y]),
+                   np.concatenate([train.s, extreme.s]))  # fmt: skip
+    bigger = dataclasses.replace(mixture, train=joined)
+    first, noisy, fitted = _releases_on(mixture, method, spec)
+    second, _, _ = _releases_on(bigger, method, spec, replay=noisy)
+    assert len(first) == len(second)
+    k, delta2 = mixture.n_groups, hp["clip_norm"] ** 2
+    bounds = [1.0, hp["clip_x"] ** 2, hp["clip_x"] * hp["clip_y"]] + [delta2] * k
+    per_round = [hp["clip_norm"]] * k + ([delta2] * k if constraint else [])  # grads, losses
+    bounds += per_round * hp["steps"]
+    assert len(bounds) == len(first)
+    moved = [float(np.linalg.norm(b - a)) for a, b in zip(first, second, strict=True)]
+    assert all(m <= bound * (1 + 1e-9) for m, bound in zip(moved, bounds, strict=True))
+    assert moved[0] == pytest.approx(1.0)  # the count of group 2 moved by exactly one
+    assert max(m / b for m, b in zip(moved[1:], bounds[1:], strict=True)) > 0.5  # bounds bite
+    assert fitted.ledger.epsilon(1e-5) <= 2.0
+
+
+def test_a_singular_design_and_a_nonpositive_residual_sum_each_fall_back(mixture, monkeypatch):
+    """Algorithm 1's two fallbacks: a noisy X^T X that is not positive definite, and a noisy
+    S_k <= 0, each give the uniform vector 1/sqrt(K)."""
+    k = mixture.n_groups
+    uniform = [1 / math.sqrt(k)] * k
+    method = get_method("dpse", steps=3)
+    monkeypatch.setattr(dpse, "symmetric_gaussian_release", lambda m, std, rng: -np.eye(len(m)))
+    fitted = method.fit(mixture, PrivacyBudget(4.0), NO_CONSTRAINT, seed=0)
+    assert fitted.info["standard_errors"] == pytest.approx(uniform)
+    monkeypatch.undo()
+    real = dpse.gaussian_release
+    monkeypatch.setattr(dpse, "gaussian_release", lambda v, std, rng: (
+        np.float64(-1.0) if np.ndim(v) == 0 else real(v, std, rng)))  # fmt: skip
+    fitted = method.fit(mixture, PrivacyBudget(4.0), NO_CONSTRAINT, seed=0)
+    assert fitted.info["standard_errors"] == pytest.approx(uniform)
+
+
+def test_sequential_runs_also_report_what_each_group_pays(mixture):
+    """Disjoint groups: a record pays the shared releases and its own group's only, so each
+    group's epsilon is below the sequential total; it is re-derivable from the ledger."""
+    fitted = get_method("dpse", steps=10).fit(mixture, PrivacyBudget(3.0), NO_CONSTRAINT, 0)
+    per_group = fitted.info["group_epsilons"]
+    assert len(per_group) == mixture.n_groups
+    assert all(0 < e < 3.0 for e in per_group)
+    assert per_group == pytest.approx(fitted.ledger.group_epsilons(1e-5), rel=1e-3)
