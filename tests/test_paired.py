@@ -57,12 +57,12 @@ def test_pairing_resolves_small_differences_the_split_noise_would_hide():
 
 def test_wins_ties_losses_count_both_sides_of_every_pair():
     table = wins_ties_losses(paired_table(FRAME, levels=(0.05, 0.10))).set_index(
-        ["level", "method"]
+        ["dataset", "level", "method"]
     )
-    assert table.loc[(0.05, "a")].tolist() == [1, 1, 0]
-    assert table.loc[(0.05, "b")].tolist() == [0, 0, 2]
-    assert table.loc[(0.05, "c")].tolist() == [1, 1, 0]
-    assert table.loc[(0.10, "b")].tolist() == [2, 0, 0]  # its 0.09 config is allowed at 0.10
+    assert table.loc[("d", 0.05, "a")].tolist() == [1, 1, 0]
+    assert table.loc[("d", 0.05, "b")].tolist() == [0, 0, 2]
+    assert table.loc[("d", 0.05, "c")].tolist() == [1, 1, 0]
+    assert table.loc[("d", 0.10, "b")].tolist() == [2, 0, 0]  # its 0.09 config is allowed at 0.10
     assert table[["wins", "losses"]].sum().tolist()[0] == table["losses"].sum()
 
 

@@ -87,13 +87,13 @@ def _verdict(mean: float, half: float) -> str:
 
 
 def wins_ties_losses(paired: pd.DataFrame) -> pd.DataFrame:
-    """Per method and level: how many paired comparisons it won, tied and lost (both sides
-    of every pair count)."""
+    """Per dataset, level and method: how many paired comparisons (over the run's epsilons)
+    it won, tied and lost; both sides of every pair count."""
     flipped = paired.rename(columns={"method_a": "method_b", "method_b": "method_a"}).assign(
         verdict=paired["verdict"].map({"win": "loss", "loss": "win", "tie": "tie"})
     )
     both = pd.concat([paired, flipped], ignore_index=True)
-    counts = both.groupby(["level", "method_a", "verdict"]).size().unstack(fill_value=0)
+    counts = both.groupby(["dataset", "level", "method_a", "verdict"]).size().unstack(fill_value=0)
     counts = counts.reindex(columns=["win", "tie", "loss"], fill_value=0)
     return counts.reset_index().rename(
         columns={"method_a": "method", "win": "wins", "tie": "ties", "loss": "losses"}
@@ -112,11 +112,13 @@ def paired_markdown(paired: pd.DataFrame, title: str) -> str:
         "",
         "## Wins / ties / losses",
         "",
-        "| level | method | wins | ties | losses |",
-        "|---:|---|---:|---:|---:|",
+        "| dataset | level | method | wins | ties | losses |",
+        "|---|---:|---|---:|---:|---:|",
     ]
-    for row in wins_ties_losses(paired).itertuples(index=False):
-        lines.append(f"| {row.level:g} | {row.method} | {row.wins} | {row.ties} | {row.losses} |")
+    for r in wins_ties_losses(paired).itertuples(index=False):
+        lines.append(
+            f"| {r.dataset} | {r.level:g} | {r.method} | {r.wins} | {r.ties} | {r.losses} |"
+        )
     for key, panel in paired.groupby([*PANEL, "level"], dropna=False, sort=True):
         dataset, constraint, notion, eps, _, level = key
         privacy = "non-private" if np.isinf(eps) else f"ε = {eps:g} ({notion})"
