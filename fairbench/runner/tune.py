@@ -353,6 +353,7 @@ def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: b
     summary = execute(prepare_run(search_config(config), search_dir, warn), search_dir, workers,
                       quiet)  # fmt: skip
     failures += [f"search {trial}: {error.splitlines()[-1]}" for trial, error in summary.failed]
+    write_report(search_dir)  # every candidate's numbers, for the record
     rows = finished_rows(search_dir, "select from")
     selection = select(config, rows)
     finals = final_configs(config, selection)
