@@ -307,3 +307,22 @@ def test_sequential_runs_also_report_what_each_group_pays(mixture):
     assert len(per_group) == mixture.n_groups
     assert all(0 < e < 3.0 for e in per_group)
     assert per_group == pytest.approx(fitted.ledger.group_epsilons(1e-5), rel=1e-3)
+
+
+def test_a_classification_bound_is_checked_on_the_logistic_loss_it_bounds():
+    """DPSE's bound is on a group's mean logistic loss; its satisfaction must be judged on
+    that loss (held out), while the Pareto violation stays the worst group's error rate."""
+    from fairbench import metrics
+
+    task = get_dataset("synthetic", n_rows=2000).load(0)
+    fitted = get_method("dpse", steps=30, lr=1.0).fit(
+        task, PrivacyBudget(4.0), FairnessSpec("bounded_group_loss", 0.5), seed=0
+    )
+    result = evaluate_group_loss(fitted, task.test, task, 0.5)
+    (check,) = result["rate_constraints"]
+    proba = fitted.predict_proba(task.test.X)
+    log_losses = metrics.group_log_losses(task.test.y, proba, task.test.s, task.n_groups)
+    assert check["value"] == pytest.approx(float(np.max(log_losses)))
+    assert check["satisfied"] == (check["value"] <= 0.5)
+    assert result["violation"] == pytest.approx(max(result["group_loss"]))  # error rates
+    assert check["value"] != pytest.approx(result["violation"])

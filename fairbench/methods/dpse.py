@@ -247,6 +247,8 @@ class DPSE(Method):
         interval = REPORT_DISCRETISATION if hp.composition == "parallel" else SEARCH_DISCRETISATION
         info["group_epsilons"] = ledger.group_epsilons(privacy.delta, interval)
         info["rho"] = rho
+        if classify:  # the bound is on a group's mean logistic loss, not its error rate
+            info["bounded_loss"] = "log_loss"
         info["epsilon_paper_zcdp"] = rho + 2 * math.sqrt(rho * math.log(1 / privacy.delta))
         if classify:
             model = LogisticRegression(task.n_features, 2)
