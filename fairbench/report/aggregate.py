@@ -91,6 +91,8 @@ def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
         n_seeds=("seed", "nunique"),
         knob_name=("knob_name", "first"),
         satisfied_fraction=("test_satisfied", "mean"),
+        satisfied_k=("test_satisfied", "sum"),
+        satisfied_n=("test_satisfied", "count"),
         test_error_mean=("test_error", "mean"),
         test_error_ci95=("test_error", ci95),
         violation_mean=("test_violation", "mean"),
@@ -100,8 +102,7 @@ def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
         epsilon_spent_max=("epsilon_spent", "max"),
         wall_seconds_mean=("wall_seconds", "mean"),
     ).reset_index()
-    satisfied = grouped["test_satisfied"].agg(["sum", "count"]).reset_index(drop=True)
-    pairs = zip(satisfied["sum"], satisfied["count"], strict=True)
+    pairs = zip(points["satisfied_k"], points["satisfied_n"], strict=True)
     bounds = [clopper_pearson(int(k), int(n)) for k, n in pairs]
     points["satisfied_ci_low"] = [b[0] for b in bounds]
     points["satisfied_ci_high"] = [b[1] for b in bounds]
