@@ -9,9 +9,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from fairbench.datasets.files import DataFile, fetch, locate
+from fairbench.datasets.subsample import subsample_train
 from fairbench.errors import ConfigError, DataError
 from fairbench.task import Provenance, Split, Task
 
@@ -20,9 +28,23 @@ VAL_FRACTION = 0.15  # of the training part
 
 
 class DatasetOptions(BaseModel):
-    """Base for adapter options: unknown keys are errors, never silently ignored."""
+    """Base for adapter options: unknown keys are errors, never silently ignored.
+
+    Every adapter inherits `n_train` (subsample the training part, see `build_task`). While
+    unset it is left out of the dump, so the trial ids and provenance of configs that never
+    set it are what they were before the option existed.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_train: int | None = Field(None, ge=1, description="training rows to keep (stratified)")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_n_train(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("n_train", 0) is None:
+            del data["n_train"]
+        return data
 
 
 class Dataset(ABC):
@@ -162,6 +184,11 @@ def build_task(
     splits are stratified on label x group and regression ones on group. Every group must have
     rows in every part, or the task is refused. The standardisation statistics are computed on
     the training part without privacy: a documented exception inherited from prior work.
+
+    `preprocessing["n_train"]` (the adapter's options, which every adapter records there)
+    subsamples the training part after the split, stratified like it, on a stream of its own;
+    validation and test are untouched, so error and violation are measured on the same
+    held-out rows as the full task, and standardisation uses the kept rows only.
     """
     s = np.asarray(s, dtype=np.int64)
     if label_names:
@@ -171,6 +198,17 @@ def build_task(
         y = np.asarray(y, dtype=np.float64)
         strata = s
     train, val, test = split if split is not None else stratified_split(strata, seed)
+    n_train = preprocessing.get("n_train")
+    if n_train is not None:
+        preprocessing = {
+            **preprocessing,
+            "n_train": n_train,
+            "train_rows_before_subsample": len(train),
+            "subsample": f"stratified on {'label x group' if label_names else 'group'}, "
+            "proportional with >= 1 row per stratum, seeded by the split seed on its own "
+            "stream; validation and test untouched",
+        }
+        train = subsample_train(train, strata, n_train, seed, name)
     for part, idx in (("train", train), ("validation", val), ("test", test)):
         present = np.bincount(s[idx], minlength=len(group_names))
         if (present == 0).any():

@@ -169,6 +169,9 @@ def expand(config: ExperimentConfig, warn=print, check_data: bool = True) -> lis
     if len(set(labels)) != len(labels):
         raise ConfigError("two method entries share a label; give each variant its own `label`")
     datasets = [_resolve_dataset(entry, warn, check_data) for entry in config.datasets]
+    for dataset, options in datasets:  # an n_train above the training rows fails now
+        if options.get("n_train") is not None and check_data and definition is None:
+            get_dataset(dataset, **options).load(seed=config.seed_list[0])
     if definition is not None and check_data:  # a declared set against each dataset's shape
         for dataset, options in datasets:
             task = get_dataset(dataset, **options).load(seed=config.seed_list[0])
