@@ -2,6 +2,10 @@
 
 Names follow fairlearn where a counterpart exists. Rates conditioned on an empty cell (a group
 with no member of some true class, say) are left out of the gaps rather than counted as zero.
+
+`weight` (optional, per record) makes every rate a weighted one: a non-uniform mixture of
+classifiers is evaluated exactly as one row per (record, component) weighted by the
+component's probability (`fairbench.runner.trial.decisions`).
 """
 
 from __future__ import annotations
@@ -16,24 +20,39 @@ def _check(*arrays: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def error_rate(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+def _mean(values: np.ndarray, weight: np.ndarray | None) -> float:
+    return float(np.mean(values) if weight is None else np.average(values, weights=weight))
+
+
+def _part(weight: np.ndarray | None, members: np.ndarray) -> np.ndarray | None:
+    return None if weight is None else weight[members]
+
+
+def error_rate(y_true: np.ndarray, y_pred: np.ndarray, weight: np.ndarray | None = None) -> float:
     """Fraction of wrong predictions."""
     y_true, y_pred = _check(y_true, y_pred)
-    return float(np.mean(y_true != y_pred))
+    return _mean(y_true != y_pred, weight)
 
 
-def _rates(y_pred: np.ndarray, members: np.ndarray, n_classes: int) -> np.ndarray | None:
+def _rates(
+    y_pred: np.ndarray, members: np.ndarray, n_classes: int, weight: np.ndarray | None = None
+) -> np.ndarray | None:
     """P(y_pred = k | members) for every class k, or None for an empty condition."""
     if not members.any():
         return None
-    return np.bincount(y_pred[members], minlength=n_classes)[:n_classes] / members.sum()
+    if weight is None:
+        return np.bincount(y_pred[members], minlength=n_classes)[:n_classes] / members.sum()
+    w = weight[members]
+    return np.bincount(y_pred[members], weights=w, minlength=n_classes)[:n_classes] / w.sum()
 
 
 def _n_classes(*labels: np.ndarray) -> int:
     return int(max(int(a.max()) for a in labels if len(a)) + 1)
 
 
-def demographic_parity_difference(y_pred: np.ndarray, sensitive: np.ndarray) -> float:
+def demographic_parity_difference(
+    y_pred: np.ndarray, sensitive: np.ndarray, weight: np.ndarray | None = None
+) -> float:
     """max over predicted classes k and pairs of groups a, b of |P(ŷ=k|s=a) − P(ŷ=k|s=b)|.
 
     For binary labels this is the usual gap in positive-prediction rates.
@@ -41,7 +60,9 @@ def demographic_parity_difference(y_pred: np.ndarray, sensitive: np.ndarray) -> 
     y_pred, sensitive = _check(y_pred, sensitive)
     k = _n_classes(y_pred)
     rates = [
-        r for g in np.unique(sensitive) if (r := _rates(y_pred, sensitive == g, k)) is not None
+        r
+        for g in np.unique(sensitive)
+        if (r := _rates(y_pred, sensitive == g, k, weight)) is not None
     ]
     if len(rates) < 2:
         return 0.0
@@ -49,7 +70,9 @@ def demographic_parity_difference(y_pred: np.ndarray, sensitive: np.ndarray) -> 
     return float((stacked.max(axis=0) - stacked.min(axis=0)).max())
 
 
-def demographic_parity_difference_ovr(y_pred: np.ndarray, sensitive: np.ndarray) -> float:
+def demographic_parity_difference_ovr(
+    y_pred: np.ndarray, sensitive: np.ndarray, weight: np.ndarray | None = None
+) -> float:
     """max over k and groups a of |P(ŷ=k|s=a) − P(ŷ=k|s≠a)|: the one-vs-rest form RaCO-DP
     constrains. Equals `demographic_parity_difference` scaled down when there are two groups;
     differs in general with more."""
@@ -57,14 +80,15 @@ def demographic_parity_difference_ovr(y_pred: np.ndarray, sensitive: np.ndarray)
     k = _n_classes(y_pred)
     gaps = [0.0]
     for g in np.unique(sensitive):
-        inside, outside = _rates(y_pred, sensitive == g, k), _rates(y_pred, sensitive != g, k)
+        inside = _rates(y_pred, sensitive == g, k, weight)
+        outside = _rates(y_pred, sensitive != g, k, weight)
         if inside is not None and outside is not None:
             gaps.append(float(np.abs(inside - outside).max()))
     return max(gaps)
 
 
 def equalized_odds_difference(
-    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, weight: np.ndarray | None = None
 ) -> float:
     """max over true class y, predicted class k and pairs of groups of the gap in
     P(ŷ=k | y, s). For binary labels: the larger of the TPR and FPR gaps across groups."""
@@ -75,7 +99,7 @@ def equalized_odds_difference(
         rates = [
             r
             for g in np.unique(sensitive)
-            if (r := _rates(y_pred, (y_true == label) & (sensitive == g), k)) is not None
+            if (r := _rates(y_pred, (y_true == label) & (sensitive == g), k, weight)) is not None
         ]
         if len(rates) >= 2:
             stacked = np.stack(rates)
@@ -83,7 +107,9 @@ def equalized_odds_difference(
     return worst
 
 
-def false_negative_rate(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
+def false_negative_rate(
+    y_true: np.ndarray, y_pred: np.ndarray, weight: np.ndarray | None = None
+) -> np.ndarray:
     """Per class y: P(ŷ ≠ y | y) (NaN for a class absent from y_true)."""
     y_true, y_pred = _check(y_true, y_pred)
     k = _n_classes(y_true, y_pred)
@@ -91,18 +117,24 @@ def false_negative_rate(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
     for label in range(k):
         members = y_true == label
         if members.any():
-            out[label] = float(np.mean(y_pred[members] != label))
+            out[label] = _mean(y_pred[members] != label, _part(weight, members))
     return out
 
 
 def group_error_rates(
-    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, n_groups: int
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    sensitive: np.ndarray,
+    n_groups: int,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per group g: error rate among members of g (NaN for an empty group)."""
     y_true, y_pred, sensitive = _check(y_true, y_pred, sensitive)
     return np.array(
         [
-            error_rate(y_true[sensitive == g], y_pred[sensitive == g])
+            error_rate(
+                y_true[sensitive == g], y_pred[sensitive == g], _part(weight, sensitive == g)
+            )
             if (sensitive == g).any()
             else np.nan
             for g in range(n_groups)
@@ -111,22 +143,30 @@ def group_error_rates(
 
 
 def group_log_losses(
-    y_true: np.ndarray, proba: np.ndarray, sensitive: np.ndarray, n_groups: int
+    y_true: np.ndarray,
+    proba: np.ndarray,
+    sensitive: np.ndarray,
+    n_groups: int,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per group g: mean cross-entropy of the predicted probabilities (NaN for an empty group)."""
     y_true, sensitive = _check(y_true, sensitive)
     losses = -np.log(np.clip(proba[np.arange(len(y_true)), y_true], 1e-12, 1.0))
     return np.array(
         [
-            losses[sensitive == g].mean() if (sensitive == g).any() else np.nan
+            _mean(losses[sensitive == g], _part(weight, sensitive == g))
+            if (sensitive == g).any()
+            else np.nan
             for g in range(n_groups)
         ]
     )
 
 
-def _fnr_violation(y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray) -> float:
+def _fnr_violation(
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, weight: np.ndarray | None = None
+) -> float:
     """FNR of the positive class for binary tasks, the largest per-class FNR otherwise."""
-    fnr = false_negative_rate(y_true, y_pred)
+    fnr = false_negative_rate(y_true, y_pred, weight)
     return float(fnr[1] if len(fnr) == 2 else np.nanmax(fnr))
 
 
@@ -142,19 +182,21 @@ def group_mean_squared_errors(
     )
 
 
-def bounded_group_loss(y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray) -> float:
+def bounded_group_loss(
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, weight: np.ndarray | None = None
+) -> float:
     """The largest group's mean loss (Agarwal et al. 2019): squared error for float targets,
     error rate for class labels."""
     n_groups = int(np.max(sensitive)) + 1
     if np.issubdtype(np.asarray(y_true).dtype, np.floating):
         losses = group_mean_squared_errors(y_true, y_pred, sensitive, n_groups)
     else:
-        losses = group_error_rates(y_true, y_pred, sensitive, n_groups)
+        losses = group_error_rates(y_true, y_pred, sensitive, n_groups, weight)
     return float(np.nanmax(losses))
 
 
 VIOLATIONS = {
-    "demographic_parity": lambda y, p, s: demographic_parity_difference(p, s),
+    "demographic_parity": lambda y, p, s, weight=None: demographic_parity_difference(p, s, weight),
     "equalized_odds": equalized_odds_difference,
     "false_negative_rate": _fnr_violation,
     "bounded_group_loss": bounded_group_loss,

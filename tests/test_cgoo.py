@@ -21,7 +21,7 @@ def synthetic():
 
 
 def expected_metrics(fitted, split):
-    y, s, pred, _ = decisions(fitted, split)
+    y, s, pred, _, _ = decisions(fitted, split)
     return metrics.error_rate(y, pred), metrics.demographic_parity_difference(pred, s)
 
 

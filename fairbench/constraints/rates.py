@@ -69,10 +69,12 @@ class RateConstraintSet:
             self.term_owner, self.constraint_names, np.full(self.n_constraints, float(gamma)),
         )  # fmt: skip
 
-    def histogram(self, parts: np.ndarray, predictions: np.ndarray) -> np.ndarray:
-        """Q x K counts of hard predictions per part."""
+    def histogram(
+        self, parts: np.ndarray, predictions: np.ndarray, weight: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Q x K counts (or summed weights) of hard predictions per part."""
         hist = np.zeros((self.n_parts, self.n_classes))
-        np.add.at(hist, (parts, predictions), 1.0)
+        np.add.at(hist, (parts, predictions), 1.0 if weight is None else weight)
         return hist
 
     def values_from_histogram(self, hist: np.ndarray) -> np.ndarray:
@@ -88,10 +90,13 @@ class RateConstraintSet:
         per_term = (self.term_weights * rates).sum(axis=1)
         return np.bincount(self.term_owner, weights=per_term, minlength=self.n_constraints)
 
-    def evaluate(self, y: np.ndarray, pred: np.ndarray, s: np.ndarray) -> list[dict]:
-        """Per constraint: value on hard predictions, gamma, violation and whether satisfied
-        (the last two None where gamma is NaN, i.e. no target was stated)."""
-        values = self.values_from_histogram(self.histogram(self.parts_of(y, s), pred))
+    def evaluate(
+        self, y: np.ndarray, pred: np.ndarray, s: np.ndarray, weight: np.ndarray | None = None
+    ) -> list[dict]:
+        """Per constraint: value on hard predictions (`weight`ed per record if given), gamma,
+        violation and whether satisfied (the last two None where gamma is NaN, i.e. no target
+        was stated)."""
+        values = self.values_from_histogram(self.histogram(self.parts_of(y, s), pred, weight))
         out = []
         for name, v, g in zip(self.constraint_names, values, self.gamma, strict=True):
             stated = not np.isnan(g)

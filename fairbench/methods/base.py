@@ -56,7 +56,9 @@ class FairnessSpec:
 class Fitted:
     """A trained predictor plus what training spent and did: one deterministic classifier
     (`model`), or, when `components` is set, the randomized classifier that answers each query
-    with a uniformly drawn component (`model` is then the last one)."""
+    with a component drawn uniformly, or with probabilities `weights` where set (reductions
+    such as fairlearn's ExponentiatedGradient output non-uniform mixtures); `model` is then
+    the last component."""
 
     model: nn.Module
     device: torch.device
@@ -67,6 +69,13 @@ class Fitted:
     # target) or a paper's own, explicitly opted into (the ledger then reports the truth)
     target_accounting: str = "suite"
     components: list[nn.Module] = field(default_factory=list)
+    weights: list[float] | None = None  # per-component probabilities; None: uniform
+
+    def __post_init__(self) -> None:
+        if self.weights is not None:
+            w = np.asarray(self.weights, dtype=np.float64)
+            if len(w) != len(self.components) or (w < 0).any() or abs(w.sum() - 1) > 1e-9:
+                raise ValueError("mixture weights: one probability >= 0 per component, sum 1")
 
     @property
     def randomized(self) -> bool:
@@ -89,12 +98,13 @@ class Fitted:
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """Class probabilities; for a randomized classifier, the probability that it outputs
-        each class (the share of components predicting it)."""
+        each class (the weighted share of components predicting it)."""
         if not self.randomized:
             return self._softmax(self.model, X)
         probabilities = self.component_probabilities(X)
         votes = probabilities.argmax(axis=2)
-        return np.stack([(votes == c).mean(axis=0) for c in range(probabilities.shape[2])], 1)
+        return np.stack([np.average(votes == c, axis=0, weights=self.weights)
+                         for c in range(probabilities.shape[2])], 1)  # fmt: skip
 
     def predict(self, X: np.ndarray, seed: int | None = None) -> np.ndarray:
         """Hard predictions; a randomized classifier draws a component per record from
@@ -104,7 +114,9 @@ class Fitted:
         if seed is None:
             raise ValueError("a randomized classifier predicts with a seed: predict(X, seed=0)")
         votes = self.component_predictions(X)
-        drawn = np.random.default_rng(seed).integers(0, len(votes), size=votes.shape[1])
+        rng = np.random.default_rng(seed)
+        drawn = (rng.integers(0, len(votes), size=votes.shape[1]) if self.weights is None
+                 else rng.choice(len(votes), size=votes.shape[1], p=self.weights))  # fmt: skip
         return votes[drawn, np.arange(votes.shape[1])]
 
     @torch.no_grad()

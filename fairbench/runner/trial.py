@@ -71,41 +71,43 @@ def evaluate(
     for a declared set; `rate_constraints` lists every constraint of the set with its value,
     and, when the trial's knob is the slack gamma, whether it is satisfied.
     """
-    y, s, pred, proba = decisions(fitted, split)
-    per_constraint = rate_set.evaluate(y, pred, s)
+    y, s, pred, proba, w = decisions(fitted, split)
+    per_constraint = rate_set.evaluate(y, pred, s, w)
     violation = (
-        metrics.VIOLATIONS[rate_set.name](y, pred, s)
+        metrics.VIOLATIONS[rate_set.name](y, pred, s, w)
         if builtin
         else max(c["value"] for c in per_constraint)
     )
     out: dict[str, Any] = {
-        "error": metrics.error_rate(y, pred),
+        "error": metrics.error_rate(y, pred, w),
         "violation": violation,
         "rate_constraints": per_constraint,
-        "demographic_parity": metrics.demographic_parity_difference(pred, s),
-        "equalized_odds": metrics.equalized_odds_difference(y, pred, s),
-        "group_error": metrics.group_error_rates(y, pred, s, task.n_groups).tolist(),
-        "group_log_loss": metrics.group_log_losses(y, proba, s, task.n_groups).tolist(),
-        "false_negative_rate": metrics.false_negative_rate(y, pred).tolist(),
+        "demographic_parity": metrics.demographic_parity_difference(pred, s, w),
+        "equalized_odds": metrics.equalized_odds_difference(y, pred, s, w),
+        "group_error": metrics.group_error_rates(y, pred, s, task.n_groups, w).tolist(),
+        "group_log_loss": metrics.group_log_losses(y, proba, s, task.n_groups, w).tolist(),
+        "false_negative_rate": metrics.false_negative_rate(y, pred, w).tolist(),
     }
     if task.n_groups > 2:
-        out["demographic_parity_ovr"] = metrics.demographic_parity_difference_ovr(pred, s)
+        out["demographic_parity_ovr"] = metrics.demographic_parity_difference_ovr(pred, s, w)
     return out
 
 
 def decisions(fitted: Fitted, split: Split):
-    """(y, s, hard predictions, probabilities) to evaluate on. A randomized classifier (a
-    uniform mixture of T components) is evaluated exactly, with no sampling: every record
-    appears once per component with that component's prediction, so each rate the metrics
+    """(y, s, hard predictions, probabilities, row weights or None) to evaluate on. A
+    randomized classifier (a mixture of T components) is evaluated exactly, with no sampling:
+    every record appears once per component with that component's prediction, weighted by
+    the component's probability when the mixture is not uniform, so each rate the metrics
     take (error, group rates, conditional rates) is the mixture's expected rate. Its log loss
-    is the components' average."""
+    is the components' (weighted) average."""
     if not fitted.randomized:
         proba = fitted.predict_proba(split.X)
-        return split.y, split.s, proba.argmax(axis=1), proba
+        return split.y, split.s, proba.argmax(axis=1), proba, None
     proba = fitted.component_probabilities(split.X)
     copies = len(proba)
+    weight = None if fitted.weights is None else np.repeat(fitted.weights, len(split))
     return (np.tile(split.y, copies), np.tile(split.s, copies), proba.argmax(axis=2).reshape(-1),
-            proba.reshape(-1, proba.shape[2]))  # fmt: skip
+            proba.reshape(-1, proba.shape[2]), weight)  # fmt: skip
 
 
 def evaluate_group_loss(
@@ -121,11 +123,11 @@ def evaluate_group_loss(
         error = float(np.mean((split.y - pred) ** 2))
         bounded = losses
     else:
-        y, s, pred, proba = decisions(fitted, split)
-        losses = metrics.group_error_rates(y, pred, s, task.n_groups)
-        error = metrics.error_rate(y, pred)
+        y, s, pred, proba, w = decisions(fitted, split)
+        losses = metrics.group_error_rates(y, pred, s, task.n_groups, w)
+        error = metrics.error_rate(y, pred, w)
         # the bound is checked on the loss the method bounds (DPSE: the logistic loss)
-        bounded = (metrics.group_log_losses(y, proba, s, task.n_groups)
+        bounded = (metrics.group_log_losses(y, proba, s, task.n_groups, w)
                    if fitted.info.get("bounded_loss") == "log_loss" else losses)  # fmt: skip
     worst = float(np.nanmax(losses))
     held = float(np.nanmax(bounded))
