@@ -222,10 +222,44 @@ def report(run_dir: Path) -> None:
     _print_report(write_report(run_dir))
 
 
+PRINTED_POINTS = 60  # a longer Pareto table is left to pareto.md
+
+
+def _print_pareto(pareto_csv: Path) -> None:
+    """The run's Pareto points as a terminal table: what a first run should end with."""
+    import pandas as pd
+
+    points = pd.read_csv(pareto_csv, dtype={"knob_values": str}).fillna({"knob_values": ""})
+    if len(points) > PRINTED_POINTS:
+        console.print(f"{len(points)} Pareto points: see the tables in pareto.md")
+        return
+    table = Table(title="error vs violation (test; mean ± 95% CI over seeds; ★ frontier)")
+    for col in ("dataset", "ε", "method", "knob", "seeds", "test error", "violation", "met",
+                "steps", ""):  # fmt: skip
+        table.add_column(col, no_wrap=True)
+    for r in points.itertuples(index=False):
+        met = "" if pd.isna(r.satisfied_fraction) else f"{r.satisfied_k:.0f}/{r.satisfied_n:.0f}"
+        table.add_row(escape(r.dataset), "non-private" if r.epsilon == float("inf") else
+                      f"{r.epsilon:g}", escape(r.label), escape(str(r.knob_values)
+                      if pd.notna(r.knob_values) else ""), str(r.n_seeds),
+                      _mean_ci(r.test_error_mean, r.test_error_ci95),
+                      _mean_ci(r.violation_mean, r.violation_ci95), met,
+                      f"{r.steps_mean:,.0f}", "★" if r.on_frontier else "")  # fmt: skip
+    Console(width=max(console.width, 120)).print(table)  # logs and CI: wider than 80 columns
+
+
+def _mean_ci(mean: float, half: float) -> str:
+    return f"{mean:.4f}" if half != half else f"{mean:.4f} ± {half:.4f}"
+
+
 def _print_report(report) -> None:
+    for warning in report.warnings:
+        err_console.print(f"warning: {warning}", soft_wrap=True)
+    _print_pareto(report.pareto_csv)
     console.print(f"trials:  {report.trials_csv} ({report.n_trials} rows)")
-    console.print(f"pareto:  {report.pareto_csv}, {report.pareto_md}")
-    console.print(f"per-constraint values: {report.constraints_csv}")
+    console.print(f"report:  {report.pareto_md} (also paired.md, constraints.md)")
+    console.print(f"pareto:  {report.pareto_csv}")
+    console.print(f"constraint satisfaction per seed: {report.constraints_csv}")
     for fig in report.figures:
         console.print(f"figure:  {fig}")
 

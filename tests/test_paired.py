@@ -25,7 +25,12 @@ def trials(points: dict[str, list[tuple[float, float, float]]], seeds=10) -> pd.
                              "knob_name": "gamma", "seed": seed, "test_error": e,
                              "val_error": e, "test_violation": violation,
                              "val_violation": violation, "epsilon_spent": 1.0,
-                             "wall_seconds": 1.0, "test_satisfied": np.nan})  # fmt: skip
+                             "wall_seconds": 1.0, "test_satisfied": np.nan,
+                             "test_excess": np.nan, "knob_values": f"{knob:g}",
+                             "model": "logistic", "steps": 100, "epochs": 1.0,
+                             "batch_size": 64.0, "noise_multiplier": 1.0,
+                             "noise": "gradient 1", "calibrated": "noise_multiplier",
+                             "calibration_at_bound": False})  # fmt: skip
     return pd.DataFrame(rows)
 
 

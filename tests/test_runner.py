@@ -85,12 +85,13 @@ def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
     assert code == 0, stdout
     assert "6 trials run, 0 already done, 0 failed" in stdout
     names = ("config.yaml", "results.sqlite", "trials.csv", "pareto.csv", "pareto.md",
-             "constraints.csv", "constraints.md")  # fmt: skip
+             "constraints.csv", "constraint_values.csv", "constraints.md")  # fmt: skip
     for name in names:
         assert (out / name).is_file()
-    per_constraint = pd.read_csv(out / "constraints.csv")
+    per_constraint = pd.read_csv(out / "constraint_values.csv")
     assert len(per_constraint) == 3 * 4  # (erm, dp-sgd at 2 epsilons) x 4 DP constraints
     assert (per_constraint["n_seeds"] == 2).all()
+    assert len(pd.read_csv(out / "constraints.csv")) == 3  # satisfaction per point
     assert "\\|" in (out / "constraints.md").read_text()  # | in names escaped for tables
     assert (out / "figures" / "synthetic_demographic_parity_full.png").stat().st_size > 10_000
     pareto = pd.read_csv(out / "pareto.csv")

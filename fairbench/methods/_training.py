@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import TrainingHparams
+from fairbench.methods.base import Budget, TrainingHparams
 from fairbench.models import build_model
 from fairbench.privacy import PrivacyBudget, calibrate_noise_multiplier, calibrate_steps
-from fairbench.privacy.accountant import PLAIN, StepShape
+from fairbench.privacy.accountant import PLAIN, StepShape, at_search_bound
 from fairbench.task import Task
 
 
@@ -111,3 +111,29 @@ def calibrated_schedule(
         return q, steps, calibrate_noise_multiplier(q, steps, eps, delta, laplace_scale, shape)
     sigma = float(hp.noise_multiplier)
     return q, calibrate_steps(q, sigma, eps, delta, laplace_scale, shape), sigma
+
+
+def schedule_budget(
+    sampling_rate: float,
+    steps: int,
+    noise_multiplier: float,
+    calibrated: str | None,
+    **other_noise: float,
+) -> Budget:
+    """The `Budget` of a Poisson-sampled schedule: the Gaussian noise multiplier under
+    `gradient`, other releases' scales by name. Noise 0 is a non-private run: no noise and
+    nothing calibrated."""
+    if noise_multiplier <= 0:
+        return Budget(int(steps), float(sampling_rate))
+    return Budget(
+        steps=int(steps),
+        sampling_rate=float(sampling_rate),
+        noise={"gradient": float(noise_multiplier)} | {k: float(v) for k, v in other_noise.items()},
+        calibrated=calibrated,
+        at_bound=at_search_bound(steps, noise_multiplier),
+    )
+
+
+def calibrated_quantity(hp: TrainingHparams) -> str:
+    """What `calibrated_schedule` solved for under these hyperparameters."""
+    return "steps" if getattr(hp, "calibrate", "noise") == "steps" else "noise_multiplier"

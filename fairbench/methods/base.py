@@ -52,6 +52,23 @@ class FairnessSpec:
     definition: dict[str, Any] | None = None  # a user-declared rate-constraint set, if any
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What training actually ran, in one shape for every method, so that reports can put
+    methods' effort side by side (a method that ran 7 steps beside one that ran 146).
+
+    `noise` maps each release kind to its noise scale in units of its sensitivity (Gaussian
+    noise multiplier, Laplace scale, zCDP rho); `calibrated` names the quantity the accountant
+    solved for the target epsilon (None when nothing was calibrated), and `at_bound` says the
+    solve stopped at a search limit rather than at the target."""
+
+    steps: int  # optimisation steps (parameter updates) in total
+    sampling_rate: float | None = None  # expected share of the data per step; None: full batch
+    noise: dict[str, float] = field(default_factory=dict)
+    calibrated: str | None = None
+    at_bound: bool = False
+
+
 @dataclass
 class Fitted:
     """A trained predictor plus what training spent and did: one deterministic classifier
@@ -70,6 +87,7 @@ class Fitted:
     target_accounting: str = "suite"
     components: list[nn.Module] = field(default_factory=list)
     weights: list[float] | None = None  # per-component probabilities; None: uniform
+    budget: Budget | None = None
 
     def __post_init__(self) -> None:
         if self.weights is not None:

@@ -57,7 +57,13 @@ from pydantic import Field
 
 from fairbench.constraints import group_objectives as go
 from fairbench.errors import ConfigError
-from fairbench.methods._training import generator, init_model, poisson_batches, train_tensors
+from fairbench.methods._training import (
+    generator,
+    init_model,
+    poisson_batches,
+    schedule_budget,
+    train_tensors,
+)
 from fairbench.methods.base import (
     Device,
     FairnessSpec,
@@ -257,7 +263,11 @@ class CGOO(Method):
             )
         info = {**schedule, "iterations": hp.iterations, "G": big_g, "alpha": alpha,
                 "trace": trace}  # fmt: skip
-        return Fitted(model, dev, ledger, info=info, components=components)
+        noise, counts = schedule["noise_multiplier"], schedule["count_noise"]
+        steps = schedule["oracle_steps"] * hp.iterations
+        budget = schedule_budget(schedule["sampling_rate"], steps, noise, "noise_multiplier",
+                                 count=counts)  # fmt: skip
+        return Fitted(model, dev, ledger, info=info, components=components, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

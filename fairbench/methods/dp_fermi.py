@@ -64,11 +64,13 @@ from pydantic import Field, model_validator
 
 from fairbench.errors import ConfigError
 from fairbench.methods._training import (
+    calibrated_quantity,
     calibrated_schedule,
     check_one_free_quantity,
     generator,
     init_model,
     poisson_batches,
+    schedule_budget,
     train_tensors,
 )
 from fairbench.methods.base import (
@@ -346,7 +348,11 @@ class DPFermi(Method):
             step()
         info["returned_iterate"] = chosen
         info["w_norm"] = final_w().flatten(1).norm(dim=1).cpu().tolist()
-        return Fitted(model, dev, ledger, notion, info, target_accounting=target)
+        private_counts = self.hparams.marginals == "private"
+        counts = {"count": self.hparams.marginal_noise} if private_counts else {}
+        budget = schedule_budget(info["sampling_rate"], chosen, info["noise_multiplier"],
+                                 calibrated_quantity(self.hparams), **counts)  # fmt: skip
+        return Fitted(model, dev, ledger, notion, info, target_accounting=target, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

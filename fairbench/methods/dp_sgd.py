@@ -18,11 +18,13 @@ from pydantic import Field, model_validator
 
 from fairbench.errors import ConfigError
 from fairbench.methods._training import (
+    calibrated_quantity,
     calibrated_schedule,
     check_one_free_quantity,
     generator,
     init_model,
     poisson_batches,
+    schedule_budget,
     train_tensors,
 )
 from fairbench.methods.base import (
@@ -112,7 +114,9 @@ class DPSGD(Method):
         model, dev, step, ledger, info = self._setup(task, privacy, seed, device)
         for _ in range(info["steps"]):
             step()
-        return Fitted(model, dev, ledger, info=info)
+        budget = schedule_budget(info["sampling_rate"], info["steps"], info["noise_multiplier"],
+                                 calibrated_quantity(self.hparams))  # fmt: skip
+        return Fitted(model, dev, ledger, info=info, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

@@ -78,7 +78,7 @@ from dp_accounting import dp_event
 from pydantic import Field
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import Device, FairnessSpec, Fitted, Hparams, Method
+from fairbench.methods.base import Budget, Device, FairnessSpec, Fitted, Hparams, Method
 from fairbench.models import LogisticRegression
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, SEARCH_DISCRETISATION
@@ -260,7 +260,9 @@ class DPSE(Method):
         else:
             model = LinearRegressor(theta)
         notion = "full" + ("+public-group-sizes" if hp.group_sizes == "public" else "")
-        return Fitted(model, torch.device("cpu"), ledger, notion, info)
+        # full-batch rounds; the zCDP budget rho is what the accountant solved for
+        budget = Budget(hp.steps, None, {"rho": rho}, "rho")
+        return Fitted(model, torch.device("cpu"), ledger, notion, info, budget=budget)
 
     def _calibrate(self, privacy: PrivacyBudget) -> float:
         """Total rho whose single-Gaussian PLD epsilon meets the target: the composition of

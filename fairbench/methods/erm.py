@@ -11,6 +11,7 @@ from pydantic import Field
 
 from fairbench.methods._training import generator, init_model, shuffled_batches, train_tensors
 from fairbench.methods.base import (
+    Budget,
     Device,
     FairnessSpec,
     Fitted,
@@ -65,7 +66,8 @@ class ERM(Method):
         model.train()
         for _ in range(steps):
             step()
-        return Fitted(model, dev, PrivacyLedger(), info={"steps": steps})
+        budget = Budget(steps, min(1.0, self.hparams.batch_size / len(task.train)))
+        return Fitted(model, dev, PrivacyLedger(), info={"steps": steps}, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

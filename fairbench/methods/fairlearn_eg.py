@@ -39,7 +39,15 @@ from pydantic import Field
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import Device, FairnessSpec, Fitted, Hparams, Method, resolve_device
+from fairbench.methods.base import (
+    Budget,
+    Device,
+    FairnessSpec,
+    Fitted,
+    Hparams,
+    Method,
+    resolve_device,
+)
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.task import Task
 
@@ -134,10 +142,12 @@ class FairlearnEG(Method):
                 "eps": float(hp.eps or bound), "weights": weights.tolist()}  # fmt: skip
         dev = resolve_device(device)
         rules = [r.to(dev) for r in rules]
+        # a step here is one oracle call: a full-data logistic-regression fit
+        budget = Budget(int(eg.n_oracle_calls_))
         if len(rules) == 1:  # a one-component mixture is a deterministic classifier
-            return Fitted(rules[0], dev, PrivacyLedger(), info=info)
+            return Fitted(rules[0], dev, PrivacyLedger(), info=info, budget=budget)
         return Fitted(rules[-1], dev, PrivacyLedger(), info=info, components=rules,
-                      weights=weights.tolist())  # fmt: skip
+                      weights=weights.tolist(), budget=budget)  # fmt: skip
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

@@ -57,11 +57,13 @@ from pydantic import Field, model_validator
 from fairbench import constraints
 from fairbench.errors import ConfigError
 from fairbench.methods._training import (
+    calibrated_quantity,
     calibrated_schedule,
     check_one_free_quantity,
     generator,
     init_model,
     poisson_batches,
+    schedule_budget,
     train_tensors,
 )
 from fairbench.methods.base import (
@@ -266,7 +268,10 @@ class SGDA(Method):
         for _ in range(info["steps"]):
             step()
         info["lambda"] = final_lambda().cpu().tolist()
-        return Fitted(model, dev, ledger, info=info)
+        laplace = {"laplace": info["laplace_scale"]} if self.private else {}
+        budget = schedule_budget(info["sampling_rate"], info["steps"], info["noise_multiplier"],
+                                 calibrated_quantity(self.hparams), **laplace)  # fmt: skip
+        return Fitted(model, dev, ledger, info=info, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

@@ -23,6 +23,13 @@ REPORT_DISCRETISATION = 1e-4  # dp-accounting's default
 SEARCH_DISCRETISATION = 1e-3
 MAX_NOISE_MULTIPLIER = 1e4
 MAX_STEPS = 10_000_000
+MIN_NOISE_MULTIPLIER = 1e-3  # the noise search stops here: any less noise also meets the target
+
+
+def at_search_bound(steps: int, noise_multiplier: float) -> bool:
+    """True when a calibration stopped at a search limit instead of at the target epsilon:
+    the target is met with room to spare, so the budget was not what bound the method."""
+    return steps >= MAX_STEPS or noise_multiplier <= MIN_NOISE_MULTIPLIER * 1.01
 
 
 def epsilon(
@@ -135,7 +142,7 @@ def calibrate_noise_multiplier(
                 f"{sampling_rate:.4g}" + "; raise epsilon or lower the steps"
             )
     lo = hi / 2
-    while lo > 1e-3 and eps(lo) <= target_epsilon:
+    while lo > MIN_NOISE_MULTIPLIER and eps(lo) <= target_epsilon:
         hi, lo = lo, lo / 2
     while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)

@@ -8,8 +8,13 @@ from pathlib import Path
 
 import yaml
 
-from fairbench.report.aggregate import pareto_points, trials_frame
-from fairbench.report.constraints import constraint_values, constraints_markdown
+from fairbench.report.aggregate import merge_identical_knobs, pareto_points, trials_frame
+from fairbench.report.caveats import caveats
+from fairbench.report.constraints import (
+    constraint_values,
+    constraints_markdown,
+    satisfaction_table,
+)
 from fairbench.report.groups import group_markdown, group_table, smallest_group_figure
 from fairbench.report.paired import paired_markdown, paired_table
 from fairbench.report.plots import satisfaction_figures, trade_off_figures
@@ -27,6 +32,7 @@ class Report:
     constraints_csv: Path
     figures: list[Path]
     n_trials: int
+    warnings: list[str]
 
 
 def write_report(run_dir: Path) -> Report:
@@ -37,7 +43,9 @@ def write_report(run_dir: Path) -> Report:
     config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
     title = config.get("name", run_dir.name)
     trials = trials_frame(rows)
-    points = pareto_points(trials)
+    distinct, merged = merge_identical_knobs(trials)
+    points = pareto_points(distinct)
+    warnings = caveats(trials, merged)
     out = Report(
         run_dir / "trials.csv",
         run_dir / "pareto.csv",
@@ -45,16 +53,19 @@ def write_report(run_dir: Path) -> Report:
         run_dir / "constraints.csv",
         [],
         len(trials),
+        warnings,
     )
     write_trials_csv(trials, out.trials_csv)
     points.to_csv(out.pareto_csv, index=False)
-    out.pareto_md.write_text(pareto_markdown(points, title))
+    out.pareto_md.write_text(pareto_markdown(points, title, warnings))
     paired = paired_table(trials)
     paired.to_csv(run_dir / "paired.csv", index=False)
-    (run_dir / "paired.md").write_text(paired_markdown(paired, title))
+    (run_dir / "paired.md").write_text(paired_markdown(paired, title, warnings))
+    satisfaction = satisfaction_table(trials)
+    satisfaction.to_csv(out.constraints_csv, index=False)
     values = constraint_values(trials)
-    values.to_csv(out.constraints_csv, index=False)
-    (run_dir / "constraints.md").write_text(constraints_markdown(values, title))
+    values.to_csv(run_dir / "constraint_values.csv", index=False)
+    (run_dir / "constraints.md").write_text(constraints_markdown(satisfaction, values, title))
     references = config.get("references") or []
     if references:
         table = compare(points, references)

@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from fairbench.report.plots import _colors, _save
+from fairbench.report.palette import style
+from fairbench.report.plots import _linestyles, _save
 
 # column: (before, after) labels whose relative change the table reports when both ran.
 # relative_change is DPSE's Table 1 comparison; tailoring_change isolates the budget tailoring
@@ -80,9 +81,9 @@ def group_markdown(table: pd.DataFrame, title: str, n_seeds: int) -> str:
 
 def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Per dataset with two or more budgets: the smallest group's mean test loss (solid) and the
-    largest group's (dashed) against epsilon, one line per method label."""
+    largest group's (hollow, faint) against epsilon, one line per method label."""
     written = []
-    colors = _colors(trials)
+    lines = _linestyles(trials)
     for dataset, grp in trials.groupby("dataset"):
         if grp["epsilon"].nunique() < 2:
             continue
@@ -94,15 +95,23 @@ def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
                 lambda v: np.nanmean(np.stack(v.map(np.asarray)), axis=0)
             )
             eps = means.index.to_numpy()
-            ax.plot(eps, [m[small] for m in means], marker="o", color=colors[label],
-                    label=f"{label}: smallest group (n={sizes[small]})")  # fmt: skip
-            ax.plot(eps, [m[large] for m in means], ls="--", marker=".", color=colors[label],
+            look = style(series["method"].iloc[0])
+            ax.plot(
+                eps,
+                [m[small] for m in means],
+                marker=look.marker,
+                color=look.color,
+                ls=lines[label],
+                label=f"{label}: smallest group (n={sizes[small]})",
+            )
+            ax.plot(eps, [m[large] for m in means], marker=look.marker, color=look.color,
+                    ls=lines[label], markerfacecolor="none", alpha=0.5,
                     label=f"{label}: largest group (n={sizes[large]})")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel("ε (δ fixed)")
         ax.set_ylabel("mean test loss (MSPE for regression)")
         ax.set_title(f"{dataset}: group loss against the budget")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
         written.append(_save(fig, out_dir / f"{dataset}_group_loss_vs_epsilon"))
     return written

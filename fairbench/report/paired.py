@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fairbench.report.aggregate import PANEL, POINT, ci95
+from fairbench.report.caveats import caveats_markdown
 
 DEFAULT_LEVELS = (0.02, 0.05, 0.10)
 PAIRED_COLUMNS = [
@@ -34,7 +35,16 @@ PAIRED_COLUMNS = [
     "difference_mean",
     "difference_ci95",
     "verdict",
+    "steps_a",
+    "steps_b",
+    "epochs_a",
+    "epochs_b",
+    "noise_multiplier_a",
+    "noise_multiplier_b",
+    "epsilon_spent_a",
+    "epsilon_spent_b",
 ]
+BUDGET = ("steps", "epochs", "noise_multiplier", "epsilon_spent")  # per side, seed means
 
 
 def operating_points(trials: pd.DataFrame, level: float) -> pd.DataFrame:
@@ -75,6 +85,11 @@ def paired_table(trials: pd.DataFrame, levels: tuple[float, ...] = DEFAULT_LEVEL
                         "difference_mean": mean,
                         "difference_ci95": half,
                         "verdict": _verdict(mean, half),
+                        **{
+                            f"{col}_{side}": float(by_label[m].loc[seeds, col].mean())
+                            for col in BUDGET
+                            for side, m in (("a", a), ("b", b))
+                        },
                     }
                 )
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
@@ -100,15 +115,26 @@ def wins_ties_losses(paired: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def paired_markdown(paired: pd.DataFrame, title: str) -> str:
+def _steps(a: float, b: float) -> str:
+    return f"{a:,.0f} / {b:,.0f}"
+
+
+def _sigma(a: float, b: float) -> str:
+    return " / ".join("–" if math.isnan(v) else f"{v:.3g}" for v in (a, b))
+
+
+def paired_markdown(paired: pd.DataFrame, title: str, warnings: list[str]) -> str:
     lines = [
         f"# {title}: paired comparisons at fixed violation levels",
+        *caveats_markdown(warnings),
         "",
         "Per level v, each method's configuration is chosen on the validation split (lowest "
         "validation error with validation violation ≤ v); methods that cannot reach v are left "
         "out. difference: mean over shared seeds of method_a's test error minus method_b's, "
         "± the 95% Student-t half-width; a win for method_a when the interval lies below 0. "
-        "Hyperparameter tuning is not charged to the privacy budget.",
+        "Hyperparameter tuning is not charged to the privacy budget. steps and σ: each side's "
+        "optimisation steps and Gaussian noise multiplier (means over the paired seeds), so a "
+        "verdict between lopsided budgets can be seen as such.",
         "",
         "## Wins / ties / losses",
         "",
@@ -126,13 +152,15 @@ def paired_markdown(paired: pd.DataFrame, title: str) -> str:
             "",
             f"## {dataset} · {constraint} · {privacy} · violation ≤ {level:g}",
             "",
-            "| method_a | method_b | pairs | error a | error b | difference | verdict |",
-            "|---|---|---:|---:|---:|---:|---|",
+            "| method_a | method_b | pairs | error a | error b | difference | verdict | "
+            "steps a / b | σ a / b |",
+            "|---|---|---:|---:|---:|---:|---|---:|---:|",
         ]
         for r in panel.itertuples(index=False):
             lines.append(
                 f"| {r.method_a} | {r.method_b} | {r.n_pairs} | {r.error_a:.4f} | "
                 f"{r.error_b:.4f} | {r.difference_mean:+.4f} ± {r.difference_ci95:.4f} | "
-                f"{r.verdict} |"
+                f"{r.verdict} | {_steps(r.steps_a, r.steps_b)} | "
+                f"{_sigma(r.noise_multiplier_a, r.noise_multiplier_b)} |"
             )
     return "\n".join(lines) + "\n"

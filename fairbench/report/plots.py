@@ -1,6 +1,8 @@
 """Trade-off figures in the style of the method papers: test error vs held-out violation,
-one panel per epsilon, one series per method (knob values joined in order), 95% CI bars;
-non-private methods are drawn in every panel as references."""
+one panel per epsilon, one series per method entry (knob values joined in order and written
+beside their points), 95% CI bars on both axes; non-private methods are drawn hollow in every
+panel as references. Each method keeps one colour and marker across all figures (`palette`);
+the legend sits outside the data, and the title says what the figure compares."""
 
 from __future__ import annotations
 
@@ -15,43 +17,61 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from fairbench.report.aggregate import dominated
+from fairbench.report.palette import LINESTYLES, style
 
 
-def _series(
-    ax, points: pd.DataFrame, colors: dict[str, str], style: dict, suffix: str = ""
-) -> None:
+def _linestyles(points: pd.DataFrame) -> dict[str, str]:
+    """Several entries (labels) of one method in a figure share its colour, not its line."""
+    out = {}
+    for _, labels in points.groupby("method")["label"]:
+        for i, label in enumerate(sorted(labels.unique())):
+            out[label] = LINESTYLES[i % len(LINESTYLES)]
+    return out
+
+
+def _series(ax, points: pd.DataFrame, lines: dict[str, str], hollow: bool = False) -> None:
     for (label, _config), series in points.groupby(["label", "config_id"], sort=True):
         series = series.sort_values("knob")
+        look = style(series["method"].iloc[0])
         ax.errorbar(
             series["violation_mean"],
             series["test_error_mean"],
             xerr=series["violation_ci95"].fillna(0),
             yerr=series["test_error_ci95"].fillna(0),
-            label=label + suffix,
-            color=colors[label],
+            label=label + (" (non-private)" if hollow else ""),
+            color=look.color,
+            marker=look.marker,
+            markersize=5,
             capsize=2,
-            marker="o",
-            markersize=4,
-            **style,
+            linestyle="--" if hollow else lines[label],
+            markerfacecolor="none" if hollow else look.color,
+            alpha=0.8 if hollow else 1.0,
         )
+        for row in series.itertuples():
+            if row.knob_values:
+                ax.annotate(row.knob_values, (row.violation_mean, row.test_error_mean),
+                            textcoords="offset points", xytext=(4, 3), fontsize=6,
+                            color=look.color)  # fmt: skip
 
 
-def _colors(points: pd.DataFrame) -> dict[str, str]:
-    """One colour per method label, the same in every figure of a report."""
-    return {label: f"C{i % 10}" for i, label in enumerate(sorted(points["label"].unique()))}
+def _eps_title(eps: float) -> str:
+    return "non-private" if math.isinf(eps) else f"ε = {eps:g}"
 
 
-def _title(dataset: str, eps: float) -> str:
-    return f"{dataset} · {'non-private' if math.isinf(eps) else f'ε = {eps:g}'}"
+def _suptitle(fig, dataset: str, constraint: str, notion: str, grp: pd.DataFrame) -> None:
+    models = ", ".join(sorted(grp["model"].unique()))
+    seeds = int(grp["n_seeds"].max())
+    fig.suptitle(f"{dataset} · {constraint.replace('_', ' ')} · privacy: {notion} · "
+                 f"model: {models} · {seeds} seeds (95% CI)", fontsize=10)  # fmt: skip
 
 
 def _save(fig, stem: Path) -> Path:
     """PNG (for reading) and PDF (for papers); returns the PNG path. The file name keeps
     letters, digits, `.`, `_` and `-` only, so it needs no quoting in a shell."""
     stem = stem.with_name(re.sub(r"[^A-Za-z0-9_.-]+", "_", stem.name).strip("_"))
-    fig.tight_layout()
-    fig.savefig(stem.with_suffix(".png"), dpi=130)
-    fig.savefig(stem.with_suffix(".pdf"), metadata={"CreationDate": None})  # reproducible bytes
+    fig.savefig(stem.with_suffix(".png"), dpi=130, bbox_inches="tight")
+    fig.savefig(stem.with_suffix(".pdf"), bbox_inches="tight",
+                metadata={"CreationDate": None})  # reproducible bytes  # fmt: skip
     plt.close(fig)
     return stem.with_suffix(".png")
 
@@ -60,7 +80,8 @@ def _frontier(ax, points: pd.DataFrame) -> None:
     err, vio = points["test_error_mean"].to_numpy(), points["violation_mean"].to_numpy()
     keep = ~dominated(err, vio)
     order = vio[keep].argsort()
-    ax.step(vio[keep][order], err[keep][order], where="post", color="0.6", lw=0.8, zorder=0)
+    ax.step(vio[keep][order], err[keep][order], where="post", color="0.6", lw=0.8, zorder=0,
+            label="Pareto frontier")  # fmt: skip
 
 
 def _published(ax, references: list[dict], dataset, constraint, notion, eps) -> None:
@@ -74,6 +95,18 @@ def _published(ax, references: list[dict], dataset, constraint, notion, eps) -> 
                 label=f"{ref['label']} (published)")  # fmt: skip
 
 
+def _legend_outside(fig, axes) -> None:
+    """One legend for every series of every panel (a published curve may sit in one only),
+    to the right of the panels so that it never covers data."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    fig.legend(entries.values(), entries.keys(), fontsize=8, loc="center left",
+               bbox_to_anchor=(1.0, 0.5), frameon=False)  # fmt: skip
+    fig.tight_layout()
+
+
 def trade_off_figures(
     points: pd.DataFrame, out_dir: Path, references: list[dict] | None = None
 ) -> list[Path]:
@@ -83,7 +116,7 @@ def trade_off_figures(
     written = []
     reference = points[points["epsilon"].map(math.isinf)]
     private = points[~points["epsilon"].map(math.isinf)]
-    colors = _colors(points)
+    lines = _linestyles(points)
     keys = ["dataset", "constraint"]
     figures = [
         ((d, c, n), grp) for (d, c, n), grp in private.groupby([*keys, "privacy_notion"])
@@ -94,25 +127,21 @@ def trade_off_figures(
         ]
         epsilons = sorted(grp["epsilon"].unique())
         fig, axes = plt.subplots(
-            1, len(epsilons), figsize=(4.2 * len(epsilons), 3.6), squeeze=False, sharey=True
+            1, len(epsilons), figsize=(4.2 * len(epsilons), 3.8), squeeze=False, sharey=True
         )
         for ax, eps in zip(axes[0], epsilons, strict=True):
             panel = grp[grp["epsilon"] == eps]
             if not math.isinf(eps):
                 _frontier(ax, panel)
-                _series(ax, panel, colors, {})
+                _series(ax, panel, lines)
             _published(ax, references or [], dataset, constraint, notion, eps)
-            hollow = {"linestyle": "--", "markerfacecolor": "none", "alpha": 0.8}
-            _series(ax, refs, colors, hollow, suffix=" (non-private)")
-            ax.set_title(_title(dataset, eps))
+            _series(ax, refs, lines, hollow=True)
+            ax.set_title(_eps_title(eps), fontsize=9)
             ax.set_xlabel(f"{constraint.replace('_', ' ')} violation (test)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("test error")
-        entries = {}  # every series of every panel (a published curve may sit in one only)
-        for ax in axes[0]:
-            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-                entries.setdefault(label, handle)
-        axes[0][-1].legend(entries.values(), entries.keys(), fontsize=8, loc="best")
+        _suptitle(fig, dataset, constraint, notion, pd.concat([grp, refs]))
+        _legend_outside(fig, axes[0])
         written.append(_save(fig, out_dir / f"{dataset}_{constraint}_{notion}"))
     return written
 
@@ -122,31 +151,33 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
     gamma asked for, one panel per epsilon (RaCO-DP Fig. 3 read as a calibration plot);
     points under the diagonal kept their promise."""
     gamma_points = points[points["knob_name"] == "gamma"]
-    colors = _colors(points)
+    lines = _linestyles(points)
     written = []
     for (dataset, constraint), grp in gamma_points.groupby(["dataset", "constraint"]):
         private = grp[~grp["epsilon"].map(math.isinf)]
         refs = grp[grp["epsilon"].map(math.isinf)]
         epsilons = sorted(private["epsilon"].unique()) or [math.inf]
-        fig, axes = plt.subplots(1, len(epsilons), figsize=(3.8 * len(epsilons), 3.6),
+        fig, axes = plt.subplots(1, len(epsilons), figsize=(3.8 * len(epsilons), 3.8),
                                  squeeze=False, sharey=True)  # fmt: skip
         top = float(max(grp["knob"].max(), grp["violation_mean"].max())) * 1.1
         for ax, eps in zip(axes[0], epsilons, strict=True):
             ax.plot([0, top], [0, top], color="0.5", ls="--", lw=0.8, label="violation = γ")
-            for frame, suffix, style in (
-                (private[private["epsilon"] == eps], "", {}),
-                (refs, " (non-private)", {"markerfacecolor": "none"}),
-            ):
+            for frame, hollow in ((private[private["epsilon"] == eps], False), (refs, True)):
                 for label, series in frame.groupby("label"):
                     series = series.sort_values("knob")
+                    look = style(series["method"].iloc[0])
                     ax.errorbar(series["knob"], series["violation_mean"],
-                                yerr=series["violation_ci95"].fillna(0), marker="o",
-                                markersize=4, capsize=2, color=colors[label],
-                                label=label + suffix, **style)  # fmt: skip
-            ax.set_title(_title(dataset, eps))
+                                yerr=series["violation_ci95"].fillna(0), marker=look.marker,
+                                markersize=5, capsize=2, color=look.color,
+                                linestyle="--" if hollow else lines[label],
+                                markerfacecolor="none" if hollow else look.color,
+                                label=label + (" (non-private)" if hollow else ""))  # fmt: skip
+            ax.set_title(_eps_title(eps), fontsize=9)
             ax.set_xlabel("γ (allowed disparity)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(f"{constraint.replace('_', ' ')} on test")
-        axes[0][-1].legend(fontsize=8, loc="upper left")
+        notion = ", ".join(sorted(grp["privacy_notion"].unique()))
+        _suptitle(fig, dataset, constraint, notion, grp)
+        _legend_outside(fig, axes[0])
         written.append(_save(fig, out_dir / f"{dataset}_{constraint}_satisfaction"))
     return written

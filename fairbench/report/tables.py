@@ -10,6 +10,7 @@ import pandas as pd
 
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import PANEL
+from fairbench.report.caveats import caveats_markdown
 
 LEAD_COLUMNS = [
     "trial_id",
@@ -27,6 +28,14 @@ LEAD_COLUMNS = [
     "val_error",
     "val_violation",
     "epsilon_spent",
+    "steps",
+    "epochs",
+    "batch_size",
+    "noise_multiplier",
+    "noise",
+    "calibrated",
+    "calibration_at_bound",
+    "test_predictions_sha256",
     "wall_seconds",
 ]
 
@@ -69,17 +78,37 @@ def _eps(value: float) -> str:
     return "non-private" if math.isinf(value) else f"ε = {value:g}"
 
 
-def pareto_markdown(points: pd.DataFrame, title: str) -> str:
-    """One table per (dataset, constraint, privacy notion, epsilon) panel."""
+def _met(row) -> str:
+    if math.isnan(row.satisfied_fraction):
+        return ""
+    return (f"{int(row.satisfied_k)}/{int(row.satisfied_n)} [{row.satisfied_ci_low:.0%}, "
+            f"{row.satisfied_ci_high:.0%}]")  # fmt: skip
+
+
+def budget_cells(row) -> str:
+    """Steps, epochs and noise multiplier of a point (means over seeds), as table cells."""
+    sigma = "" if math.isnan(row.noise_multiplier_mean) else f"{row.noise_multiplier_mean:.3g}"
+    bound = " (at bound)" if row.calibration_at_bound else ""
+    return (f"{row.steps_mean:,.0f} | {row.epochs_mean:.3g} | {row.batch_size_mean:,.0f} | "
+            f"{sigma} | {row.calibrated}{bound}")  # fmt: skip
+
+
+def pareto_markdown(points: pd.DataFrame, title: str, warnings: list[str]) -> str:
+    """One table per (dataset, constraint, privacy notion, epsilon) panel, after the run's
+    warnings."""
     lines = [
         f"# {title}: error vs violation",
+        *caveats_markdown(warnings),
         "",
-        "Mean over seeds ± half-width of the 95% confidence interval (Student t). Violation: "
-        "the constraint's gap on the test split with hard (argmax) predictions. ε is spent as "
-        "reported by the suite's PLD accountant; hyperparameter tuning is not charged to the "
-        "privacy budget. γ met: share of seeds whose every rate constraint holds on the test "
-        "split, for methods told the allowed disparity γ (or α), with its exact (Clopper-Pearson) "
-        "95% interval. ★ marks the Pareto frontier within a "
+        "Mean over seeds ± half-width of the 95% confidence interval (Student t), and the "
+        "largest violation over seeds. Violation: the constraint's gap on the test split with "
+        "hard (argmax) predictions. ε is spent as reported by the suite's PLD accountant; "
+        "hyperparameter tuning is not charged to the privacy budget. met: seeds whose every "
+        "rate constraint holds on the test split, for methods told the allowed disparity "
+        "(γ, α or a loss bound), with its exact (Clopper-Pearson) 95% interval. Budget: steps, "
+        "epochs (steps × sampling rate) and expected batch size, Gaussian noise multiplier σ, "
+        "and what the accountant calibrated. Knob values that trained one model (identical "
+        "test predictions on every seed) share a row. ★ marks the Pareto frontier within a "
         "table.",
     ]
     for key, panel in points.groupby(PANEL, sort=True, dropna=False):
@@ -89,22 +118,17 @@ def pareto_markdown(points: pd.DataFrame, title: str) -> str:
             "",
             f"## {dataset} · {constraint} · {_eps(eps)}{privacy}",
             "",
-            "| method | knob | config | seeds | test error | violation | γ met | ε spent (max) | |",
-            "|---|---:|---|---:|---:|---:|---:|---:|---|",
+            "| method | knob | config | seeds | test error | violation (max) | met | steps | "
+            "epochs | batch | σ | calibrated | ε spent (max) | |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
         ]
         for row in panel.itertuples():
-            knob = "" if math.isnan(row.knob) else f"{row.knob:g}"
             spent = "" if math.isinf(eps) else f"{row.epsilon_spent_max:.4f}"
-            met = (
-                ""
-                if math.isnan(row.satisfied_fraction)
-                else f"{row.satisfied_fraction:.0%} [{row.satisfied_ci_low:.0%}, "
-                f"{row.satisfied_ci_high:.0%}]"
-            )
             lines.append(
-                f"| {row.label} | {knob} | {row.config_id} | {row.n_seeds} | "
+                f"| {row.label} | {row.knob_values} | {row.config_id} | {row.n_seeds} | "
                 f"{_fmt(row.test_error_mean, row.test_error_ci95)} | "
-                f"{_fmt(row.violation_mean, row.violation_ci95)} | {met} | {spent} | "
+                f"{_fmt(row.violation_mean, row.violation_ci95)} ({row.violation_max:.4f}) | "
+                f"{_met(row)} | {budget_cells(row)} | {spent} | "
                 f"{'★' if row.on_frontier else ''} |"
             )
     return "\n".join(lines) + "\n"

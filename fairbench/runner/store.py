@@ -8,6 +8,7 @@ Rows are JSON as Python writes it (Infinity and NaN included, which Python reads
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -68,10 +69,32 @@ class ResultStore:
         self._db.close()
 
 
+EXPORT = "trials.csv"  # the report's flat copy of the store: what committed results keep
+
+
+def _decoded(value: Any) -> Any:
+    """A cell of trials.csv back as Python: nested values were written as JSON text."""
+    if isinstance(value, str) and value[:1] in "[{":
+        return json.loads(value)
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def exported_rows(path: Path) -> list[dict[str, Any]]:
+    """Trial rows read back from a run's trials.csv, for run directories whose SQLite store
+    was not kept (committed results keep trials.csv only)."""
+    import pandas as pd  # only this fallback needs it
+
+    frame = pd.read_csv(path)
+    return [{k: _decoded(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
 def finished_rows(run_dir: Path, purpose: str) -> list[dict[str, Any]]:
-    """Every finished trial's row of a run directory; one clear error when there is no store
-    or nothing finished yet (`purpose` names what the caller wanted to do)."""
+    """Every finished trial's row of a run directory, from its store, or from its trials.csv
+    when the store was not kept; one clear error when there is neither or nothing finished
+    yet (`purpose` names what the caller wanted to do)."""
     if not (Path(run_dir) / ResultStore.FILENAME).is_file():
+        if (Path(run_dir) / EXPORT).is_file():
+            return exported_rows(Path(run_dir) / EXPORT)
         raise ConfigError(f"{run_dir} has no results store; run `fairbench run` into it first")
     store = ResultStore(run_dir)
     try:

@@ -79,6 +79,7 @@ def evaluate(
         else max(c["value"] for c in per_constraint)
     )
     out: dict[str, Any] = {
+        "predictions_sha256": predictions_hash(pred, w),
         "error": metrics.error_rate(y, pred, w),
         "violation": violation,
         "rate_constraints": per_constraint,
@@ -91,6 +92,19 @@ def evaluate(
     if task.n_groups > 2:
         out["demographic_parity_ovr"] = metrics.demographic_parity_difference_ovr(pred, s, w)
     return out
+
+
+def predictions_hash(predictions: np.ndarray, weights: np.ndarray | None = None) -> str:
+    """Fingerprint of a split's predictions: two trials with equal hashes made the same
+    decisions on every record (for a randomized classifier, every component did, with the same
+    mixture weights), so two knob values that give equal hashes on every seed trained one
+    model, not two."""
+    digest = hashlib.sha256()
+    for part in (predictions, weights):
+        if part is not None:
+            data = np.ascontiguousarray(part)
+            digest.update(str(data.dtype).encode() + data.tobytes())
+    return digest.hexdigest()[:16]
 
 
 def decisions(fitted: Fitted, split: Split):
@@ -119,11 +133,13 @@ def evaluate_group_loss(
     method bounds: the same loss, or the log loss where `info["bounded_loss"]` says so."""
     if task.kind == "regression":
         pred = fitted.predict_values(split.X)
+        fingerprint = predictions_hash(pred)
         losses = metrics.group_mean_squared_errors(split.y, pred, split.s, task.n_groups)
         error = float(np.mean((split.y - pred) ** 2))
         bounded = losses
     else:
         y, s, pred, proba, w = decisions(fitted, split)
+        fingerprint = predictions_hash(pred, w)
         losses = metrics.group_error_rates(y, pred, s, task.n_groups, w)
         error = metrics.error_rate(y, pred, w)
         # the bound is checked on the loss the method bounds (DPSE: the logistic loss)
@@ -133,6 +149,7 @@ def evaluate_group_loss(
     held = float(np.nanmax(bounded))
     smallest = int(np.argmin(np.bincount(task.train.s, minlength=task.n_groups)))
     return {
+        "predictions_sha256": fingerprint,
         "error": error,
         "violation": worst,
         "rate_constraints": [{"name": "bounded_group_loss", "value": held, "gamma": bound,
@@ -188,6 +205,7 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> dict[st
         "group_sizes_train": np.bincount(task.train.s, minlength=task.n_groups).tolist(),
         "task_kind": task.kind,
         "dataset_sha256": task.provenance.sha256,
+        "budget": None if fitted.budget is None else asdict(fitted.budget),
         "info": {
             k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()
         },
