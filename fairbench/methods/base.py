@@ -36,7 +36,9 @@ class TrainingHparams(Hparams):
     """What every gradient-trained method shares: the model class and the optimiser basics."""
 
     model: ModelKind = "logistic"
-    hidden: int = Field(64, ge=1, description="hidden width of the mlp model")
+    hidden: int = Field(
+        32, ge=1, description="width of the mlp's one hidden layer; ignored by logistic"
+    )
     lr: float = Field(0.5, gt=0)
     batch_size: int = Field(256, ge=1, description="(expected) mini-batch size")
     epochs: float = Field(20.0, gt=0)

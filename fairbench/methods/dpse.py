@@ -26,6 +26,14 @@ n_k, so budget moved towards small or poorly fitted groups can pay off, the pape
 Squared loss for regression; the logistic loss for binary classification
 (the paper's "easily translated" variant). The model has an intercept.
 
+Linear only (`dpse` and `dpnose` alike; there is no `model` hyperparameter, and giving one,
+e.g. `model: mlp`, is a ConfigError). The paper's method is built on the linear model: stage
+1's precursor is the closed form (X^T X)^-1 X^T Y from Analyze-Gauss releases of X^T X and
+X^T Y, the standard errors that tailor the budget are that linear fit's residuals, and stage 2
+is full-batch projected gradient descent of theta^T [x, 1] over the box C_P of coefficients,
+whose convexity the paper's analysis assumes. None of these has a counterpart for a hidden
+layer; an MLP variant would be another method, not this paper's.
+
 Noise scale. Algorithm 2 (lines 10-11) adds N(0, Delta^2 / (2 mu_T)) to each group's *mean*
 gradient, whose sensitivity is Delta / n_k: n_k times more noise than the budget requires.
 Here each release is noised at its own sensitivity (the clipped sum, then divided by n_k), so
@@ -70,7 +78,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -159,6 +167,16 @@ class DPSE(Method):
     Hparams = DPSEHparams
     hparams: DPSEHparams
     tailored = True  # dpnose: False
+
+    def __init__(self, **hparams: Any) -> None:
+        if "model" in hparams:
+            raise ConfigError(
+                f"method {self.name} is linear-only and takes no `model` hyperparameter (got "
+                f"model: {hparams['model']}): the DPSE paper's precursor, standard errors and "
+                "box-projected descent are those of a linear model; use dp-sgd, sgda, raco-dp, "
+                "dp-fermi or cgoo for model: mlp"
+            )
+        super().__init__(**hparams)
 
     # -- losses and per-record gradients of [x, 1] theta ------------------------------------
     def _loss_grad(self, z: np.ndarray, y: np.ndarray, theta: np.ndarray, classify: bool):

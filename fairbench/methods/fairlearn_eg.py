@@ -14,8 +14,12 @@ privacy budget and runs once per knob and seed, like `erm` and `sgda`.
   declared constraint sets and non-binary tasks.
 - `eps` (fairlearn's, which only sets the multiplier bound B = 1/eps) defaults to the knob,
   as the CGOO-vs-fairlearn test in tests/test_cgoo.py does.
-- Linear only: the base estimator is logistic regression (`model: logistic`), the reference
-  model class of the method papers.
+- Linear only: the base estimator is scikit-learn's LogisticRegression (`model: logistic`),
+  the reference model class of the method papers, and each mixture component is exported as
+  its linear rule (`LinearRule`). EG's reduction would accept any scikit-learn classifier that
+  takes sample weights, but an MLP oracle would make this reference a different estimator
+  from the one the papers compare against, so `model: mlp` is a ConfigError. The MLP
+  comparison's non-private references are `erm` and `sgda` with `model: mlp`.
 - Output: EG's randomized classifier, its predictors with nonzero weight and their (generally
   non-uniform) weights as `Fitted.components` / `Fitted.weights`, so the runner evaluates
   the mixture exactly. Each component decides in float64 like scikit-learn, so its decisions
@@ -35,7 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from fairbench.errors import ConfigError
@@ -63,6 +67,17 @@ class FairlearnEGHparams(Hparams):
     max_iter: int = Field(50, ge=1, description="EG iterations (fairlearn's default)")
     eta0: float = Field(2.0, gt=0, description="EG's initial learning rate")
     run_linprog_step: bool = True
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _linear_only(cls, value):
+        if value != "logistic":
+            raise ValueError(
+                f"fairlearn-eg is linear-only (got model: {value}): its base learner is "
+                "scikit-learn's LogisticRegression; use erm or sgda as the non-private mlp "
+                "reference"
+            )
+        return value
 
 
 class LinearRule(nn.Module):

@@ -33,7 +33,7 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-def build_model(kind: ModelKind, n_features: int, n_classes: int, hidden: int = 64) -> nn.Module:
+def build_model(kind: ModelKind, n_features: int, n_classes: int, hidden: int = 32) -> nn.Module:
     if kind == "logistic":
         return LogisticRegression(n_features, n_classes)
     return MLP(n_features, n_classes, hidden)
