@@ -19,7 +19,7 @@ from fairbench.report.constraints import (
     satisfaction_table,
 )
 from fairbench.report.palette import REGISTRY, style
-from fairbench.report.tables import pareto_markdown
+from fairbench.report.tables import pareto_markdown, write_trials_csv
 from fairbench.runner.trial import predictions_hash
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "figures"
@@ -151,6 +151,21 @@ def test_committed_parkinsons_report_warns_about_its_step_counts(tmp_path):
     paired = pd.read_csv(run / "paired.csv")
     assert {"steps_a", "steps_b", "noise_multiplier_a", "epsilon_spent_b"} <= set(paired.columns)
     assert "steps" in pd.read_csv(run / "trials.csv").columns
+
+
+def test_report_command_prints_the_warnings_and_the_pareto_table(cli, tmp_path):
+    rows = [row("raco-dp", seed=s, steps=7) for s in range(2)]
+    rows += [row("dp-sgd", seed=s, steps=146, knob=None) for s in range(2)]
+    run = tmp_path / "run"
+    run.mkdir()
+    write_trials_csv(trials_frame(rows), run / "trials.csv")
+    code, out, err = cli("report", str(run))
+    assert code == 0, err
+    assert "warning: d · ε = 1: step counts differ 21x" in err
+    assert "error vs violation" in out
+    table_rows = [line for line in out.splitlines() if line.startswith("│ d ")]
+    assert len(table_rows) == 2 and any("raco-dp" in r and "0.02" in r for r in table_rows)
+    assert "report:" in out and "pareto.md" in out
 
 
 def _figure_points(monkeypatch, points: pd.DataFrame) -> list:
