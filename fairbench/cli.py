@@ -25,6 +25,8 @@ data_app = typer.Typer(help="Inspect and fetch the raw datasets.", no_args_is_he
 privacy_app = typer.Typer(help="The suite's privacy accountant.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(privacy_app, name="privacy")
+figure_app = typer.Typer(help="Paper figures built from finished runs.", no_args_is_help=True)
+app.add_typer(figure_app, name="figure")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -208,10 +210,31 @@ def tune(
     reached = table["selected"].notna().sum()
     console.print(f"{reached} of {len(table)} (method, target, ε) selections reached their "
                   f"target → {out / 'tuning.md'}; run configs in {out / 'selected'}")  # fmt: skip
+    infeasible = int(table.drop_duplicates(["dataset", "epsilon", "method"])["infeasible"].sum())
+    if infeasible:
+        console.print(f"{infeasible} drawn configurations could not be calibrated at their ε "
+                      "(counted against their method's budget; see tuning.md)")  # fmt: skip
     for line in failures:
         err_console.print(f"failed {line}")
     if failures:
         raise typer.Exit(1)
+
+
+@figure_app.command("privacy-cost")
+def figure_privacy_cost(
+    tune_outs: Annotated[list[Path], typer.Argument(help="`fairbench tune --out` directories")],
+    out: Annotated[Path, typer.Option(help="folder for the CSVs, figures and notes")] = Path(
+        "results/figures/fig-privacy-cost"
+    ),
+) -> None:
+    """Test error of the configuration tuned at each violation target, against epsilon: per
+    dataset a CSV, a figure per model (PNG, PDF) and a markdown note (does privacy bite?)."""
+    from fairbench.report.privacy_cost import build
+
+    written = build(tune_outs, out)
+    for path in written:
+        if path.suffix in (".csv", ".md", ".png"):
+            console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()

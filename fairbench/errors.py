@@ -15,3 +15,9 @@ class ConfigError(FairbenchError):
 
 class DataError(FairbenchError):
     """A dataset file that is missing, corrupted or unparsable."""
+
+
+class CalibrationError(ConfigError):
+    """No noise scale or step count meets the target epsilon under these hyperparameters (e.g.
+    a Laplace scale too small for epsilon 0.1). A config error for `fairbench run`; a search
+    draw that is infeasible at that epsilon for `fairbench tune`, which counts it instead."""

@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 from dp_accounting import dp_event
 
-from fairbench.errors import ConfigError
+from fairbench.errors import CalibrationError, ConfigError
 from fairbench.privacy import events, pld
 
 REPORT_DISCRETISATION = 1e-4  # dp-accounting's default
@@ -94,7 +94,7 @@ def validate(
 
 def _check_extra(shape: StepShape, target_epsilon: float, delta: float) -> None:
     if shape.extra is not None and epsilon(shape.extra, delta) >= target_epsilon:
-        raise ConfigError(
+        raise CalibrationError(
             f"the one-off releases alone ({shape.extra}) exceed epsilon={target_epsilon}; "
             "give them more noise or raise epsilon"
         )
@@ -129,7 +129,7 @@ def calibrate_noise_multiplier(
             events.poisson_laplace(sampling_rate, laplace_scale), steps
         )
         if epsilon(laplace_only, delta, _interval=SEARCH_DISCRETISATION) >= target_epsilon:
-            raise ConfigError(
+            raise CalibrationError(
                 f"the Laplace releases alone (scale {laplace_scale}, {steps} steps) exceed "
                 f"epsilon={target_epsilon}; raise the Laplace scale or epsilon, or lower the steps"
             )
@@ -137,7 +137,7 @@ def calibrate_noise_multiplier(
     while eps(hi) > target_epsilon:
         hi *= 2
         if hi > MAX_NOISE_MULTIPLIER:
-            raise ConfigError(
+            raise CalibrationError(
                 f"cannot reach epsilon={target_epsilon} with {steps} steps at sampling rate "
                 f"{sampling_rate:.4g}" + "; raise epsilon or lower the steps"
             )
@@ -177,7 +177,7 @@ def calibrate_steps(
         )
 
     if eps(1, REPORT_DISCRETISATION) > target_epsilon:
-        raise ConfigError(
+        raise CalibrationError(
             f"even one step exceeds epsilon={target_epsilon} at noise multiplier "
             f"{noise_multiplier}; raise the noise multiplier (or the Laplace scale)"
         )

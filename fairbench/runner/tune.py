@@ -6,11 +6,19 @@ Protocol (one rule for all methods, so no method is favoured by how hard it was 
    The search is an ordinary run (OUT/search), so it resumes and parallelises like one.
 2. Select, per (dataset, constraint, epsilon, target, method), on the validation split only:
    the lowest mean validation error among configurations whose mean validation violation is
-   within the target. A method with no such configuration cannot reach the target.
+   within the target. A method with no such configuration cannot reach the target. A method
+   marked `unconstrained` (an accuracy reference such as ERM) is selected by validation error
+   alone, whatever its violation.
 3. Final: each selected configuration is re-run on `final_seeds` fresh seeds (disjoint from
    the search seeds) and evaluated once on test (OUT/final/<dataset>-eps<e>). The selected
    configurations are saved as run configs (OUT/selected/<dataset>-eps<e>.yaml), which
-   `fairbench run` reuses as they are.
+   `fairbench run` reuses as they are; OUT/tune.yaml keeps the validated tune config, so
+   that reports built from OUT (fairbench.report.privacy_cost) know its targets and budget.
+
+Infeasible draws. A drawn configuration whose noise cannot be calibrated to an epsilon (a
+Laplace scale too small for epsilon 0.1, say) fails with a `CalibrationError` at that epsilon.
+That is an outcome of the method's search space, not a broken run: the draw still counts
+against the method's budget, the table reports it (`infeasible`), and tune does not fail.
 
 Privacy of tuning. By default it is not charged, as in the papers, and every table says so.
 `charge_tuning` reports, per selection, the epsilon of the whole procedure under the stated
@@ -34,7 +42,7 @@ import yaml
 from dp_accounting import dp_event
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from fairbench.errors import ConfigError
+from fairbench.errors import CalibrationError, ConfigError
 from fairbench.methods import method_class
 from fairbench.privacy import PrivacyLedger, epsilon
 from fairbench.report.aggregate import ci95, trials_frame
@@ -47,6 +55,7 @@ from fairbench.runner.config import (
 )
 from fairbench.runner.execute import execute, prepare_run
 from fairbench.runner.store import finished_rows
+from fairbench.runner.trial import TrialSpec
 
 KNOB = "knob"
 
@@ -58,6 +67,8 @@ class MethodSpace(_Strict):
     # name -> a list (uniform choice), {log: [lo, hi]} or {uniform: [lo, hi]}; `knob` is the
     # method's fairness knob
     space: dict[str, Any] = Field(default_factory=dict)
+    # an accuracy reference (ERM): selected on validation error alone, the targets ignored
+    unconstrained: bool = False
 
     @field_validator("space")
     @classmethod
@@ -192,9 +203,28 @@ def search_config(config: TuneConfig) -> ExperimentConfig:
     )
 
 
-def select(config: TuneConfig, search_rows: list[dict]) -> pd.DataFrame:
+def choose(candidates: pd.DataFrame, target: float | None) -> pd.Series | None:
+    """The selection rule on one method's candidates (rows with mean `val_error` and
+    `val_violation`): the lowest validation error among those whose validation violation is
+    within `target` (every candidate when `target` is None); ties go to the earlier row.
+    None when no candidate is within the target."""
+    feasible = candidates if target is None else candidates[candidates["val_violation"] <= target]
+    if feasible.empty:
+        return None
+    return feasible.sort_values("val_error", kind="stable").iloc[0]
+
+
+def select(
+    config: TuneConfig,
+    search_rows: list[dict],
+    infeasible: dict[tuple[str, float, str], int] | None = None,
+) -> pd.DataFrame:
     """One row per (dataset, constraint, epsilon, target, method): the selected configuration
-    (or none), from validation means over the search seeds only."""
+    (or none), from validation means over the search seeds only. `infeasible` counts, per
+    (dataset, epsilon, method), the draws that could not be calibrated there; a method all of
+    whose draws were infeasible at an epsilon still gets its (empty) rows."""
+    infeasible = infeasible or {}
+    free = {m.label or m.name for m in config.methods if m.unconstrained}
     trials = trials_frame(search_rows)
     trials["method_label"] = trials["label"].str.rsplit("#", n=1).str[0]
     means = (
@@ -203,22 +233,48 @@ def select(config: TuneConfig, search_rows: list[dict]) -> pd.DataFrame:
              seeds=("seed", "nunique"), hparams=("hparams", "first"), knob=("knob", "first"))
         .reset_index()
     )  # fmt: skip
+    groups = {key: group for key, group in means.groupby(["dataset", "epsilon", "method_label"])}
+    for key in infeasible:
+        groups.setdefault(key, means.iloc[0:0])
     rows = []
-    keys = means.groupby(["dataset", "epsilon", "method_label"])
-    for target, ((dataset, eps, label), group) in itertools.product(config.targets, keys):
-        feasible = group[group["val_violation"] <= target].sort_values("val_error", kind="stable")
+    for target, (dataset, eps, label) in itertools.product(config.targets, sorted(groups)):
+        group = groups[(dataset, eps, label)]
+        best = choose(group, None if label in free else target)
+        feasible = len(group) if label in free else int((group["val_violation"] <= target).sum())
         row = {"dataset": dataset, "constraint": config.constraint, "epsilon": eps,
                "target": target, "method": label, "candidates": len(group),
-               "feasible": len(feasible), "selected": None, "hparams": None, "knob": None,
+               "feasible": feasible, "infeasible": infeasible.get((dataset, eps, label), 0),
+               "selected": None, "hparams": None, "knob": None,
                "val_error": math.nan, "val_violation": math.nan}  # fmt: skip
-        if len(feasible):
-            best = feasible.iloc[0]
+        if best is not None:
             knob = None if pd.isna(best["knob"]) else float(best["knob"])
             row.update(selected=best["label"], hparams=best["hparams"], knob=knob,
                        val_error=float(best["val_error"]),
                        val_violation=float(best["val_violation"]))  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def infeasible_draws(
+    specs: list[TrialSpec], failed: list[tuple[str, str]]
+) -> dict[tuple[str, float, str], int]:
+    """(dataset, epsilon, method label) -> how many drawn configurations failed calibration
+    there (a `CalibrationError` on any search seed)."""
+    by_id = {spec.trial_id: spec for spec in specs}
+    draws: dict[tuple[str, float, str], set[str]] = {}
+    for trial_id, error in failed:
+        spec = by_id.get(trial_id)
+        if spec is None or not is_infeasible(error):
+            continue
+        eps = math.inf if spec.epsilon is None else float(spec.epsilon)
+        key = (spec.dataset, eps, spec.label.rsplit("#", 1)[0])
+        draws.setdefault(key, set()).add(spec.label)
+    return {key: len(labels) for key, labels in draws.items()}
+
+
+def is_infeasible(error: str) -> bool:
+    """A failed trial's message (as the runner records it) is a calibration failure."""
+    return error.startswith(f"{CalibrationError.__name__}: ")
 
 
 def final_configs(config: TuneConfig, selection: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -316,11 +372,14 @@ def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> 
         title = f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}"
         lines += ["", title, "", header, rule]
         for r in group.itertuples(index=False):
+            counts = f"{r.feasible} / {r.candidates}"
+            if getattr(r, "infeasible", 0):
+                counts += f" (+{r.infeasible} infeasible at this ε)"
             if pd.isna(r.selected):
-                cells = [r.method, f"{r.feasible} / {r.candidates}", "cannot reach the target",
+                cells = [r.method, counts, "cannot reach the target",
                          "", "", "", "", ""]  # fmt: skip
             else:
-                cells = [r.method, f"{r.feasible} / {r.candidates}", r.selected,
+                cells = [r.method, counts, r.selected,
                          "" if pd.isna(r.knob) else f"{r.knob:g}", f"{r.val_error:.4f}",
                          f"{r.val_violation:.4f}",
                          f"{r.test_error:.4f} ± {r.test_error_ci95:.4f}",
@@ -345,17 +404,20 @@ def write_outputs(out: Path, summary: pd.DataFrame, finals: dict[str, dict], con
 def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: bool,
              warn: Callable[[str], None] = print) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
     """Search, select, re-run on fresh seeds, write everything under `out`. Returns the
-    summary and the failed trials' messages (search and final)."""
+    summary and the failed trials' messages (search and final); search draws that failed
+    calibration are not failures (the summary's `infeasible` counts them)."""
     from fairbench.report import write_report
 
     failures = []
     search_dir = out / "search"
-    summary = execute(prepare_run(search_config(config), search_dir, warn), search_dir, workers,
-                      quiet)  # fmt: skip
-    failures += [f"search {trial}: {error.splitlines()[-1]}" for trial, error in summary.failed]
+    specs = prepare_run(search_config(config), search_dir, warn)
+    write_tune_config(out, config)
+    summary = execute(specs, search_dir, workers, quiet)
+    failures += [f"search {trial}: {error.splitlines()[-1]}" for trial, error in summary.failed
+                 if not is_infeasible(error)]  # fmt: skip
     write_report(search_dir)  # every candidate's numbers, for the record
     rows = finished_rows(search_dir, "select from")
-    selection = select(config, rows)
+    selection = select(config, rows, infeasible_draws(specs, summary.failed))
     finals = final_configs(config, selection)
     final_rows: list[dict] = []
     for stem, data in finals.items():
@@ -368,3 +430,14 @@ def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: b
     table = summarise(selection, final_rows, rows, charge)
     write_outputs(out, table, finals, config, charge)
     return table, failures
+
+
+TUNE_CONFIG = "tune.yaml"  # the validated tune config, beside its outputs
+
+
+def write_tune_config(out: Path, config: TuneConfig) -> None:
+    """OUT/tune.yaml: what the outputs were tuned under (targets, budget, seeds, spaces)."""
+    path = out / TUNE_CONFIG
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
+    tmp.replace(path)

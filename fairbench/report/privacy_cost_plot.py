@@ -1,0 +1,194 @@
+"""The `fig-privacy-cost` figure of one dataset and model: test error against epsilon.
+
+One panel per target tau (loosest first), one line per private method with its 95% CI band,
+in the method's fixed colour and marker (`palette.style`). A point whose fresh seeds mostly
+miss tau on held-out data is drawn hollow, so a low error bought by violating the target is
+visible. ERM and the non-private fair reference are horizontal lines; the private methods'
+non-private twins (sgda, cgoo-nonprivate) are points at the right edge, past the largest
+epsilon, where a reader looks for "no privacy at all"."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from fairbench.report.palette import style
+
+ERM = "erm"
+FAIR_REFERENCE = "fairlearn-eg"
+HOLLOW_BELOW = 0.5  # satisfied_fraction under which a point is drawn hollow
+
+
+def _dodge(i: int, n: int, spread: float = 0.12) -> float:
+    """A small multiplicative x offset for the i-th of n series on a log axis."""
+    return 1.0 if n < 2 else math.exp(spread * (i / (n - 1) - 0.5))
+
+
+def _reference(
+    rows: pd.DataFrame, method: str, model: str, tau: float
+) -> tuple[pd.Series | None, str]:
+    """The reference's row at this tau, of the same model when there is one (fairlearn-eg is
+    linear only: an MLP figure borrows the logistic one and says so in the label)."""
+    mine = rows[(rows["method"] == method) & (rows["tau"] == tau) & rows["epsilon"].map(math.isinf)]
+    if mine.empty:
+        return None, ""
+    same = mine[mine["model"] == model]
+    row = (same if len(same) else mine).iloc[0]
+    return row, "" if row["model"] == model else f", {row['model']}"
+
+
+def _panel(
+    ax,
+    rows: pd.DataFrame,
+    model: str,
+    tau: float,
+    plugins: dict[str, str],
+    eps: list[float],
+    unreached: str,
+) -> None:
+    here = rows[(rows["model"] == model) & (rows["tau"] == tau)]
+    private = here[here["epsilon"].map(math.isfinite)]
+    edge = max(eps) * 3  # where the non-private twins sit, in every panel alike
+    methods = sorted(private["method"].unique())
+    for i, (method, line) in enumerate(private.groupby("method", sort=True)):
+        line = line.sort_values("epsilon")
+        x = line["epsilon"] * _dodge(i, len(methods))  # overlapping intervals stay readable
+        look = style(plugins.get(method, method))
+        ax.fill_between(
+            x, line["ci_low"], line["ci_high"], color=look.color, alpha=0.12, linewidth=0
+        )
+        ax.errorbar(
+            x,
+            line["test_error_mean"],
+            yerr=[
+                line["test_error_mean"] - line["ci_low"],
+                line["ci_high"] - line["test_error_mean"],
+            ],
+            color=look.color,
+            marker=look.marker,
+            markersize=5,
+            capsize=2,
+            label=method,
+        )
+        hollow = line["satisfied_fraction"] < HOLLOW_BELOW
+        ax.plot(
+            x[hollow],
+            line.loc[hollow, "test_error_mean"],
+            linestyle="none",
+            marker=look.marker,
+            markersize=5,
+            markerfacecolor="white",
+            color=look.color,
+            zorder=3,  # above errorbar's own markers
+        )
+    twins = here[here["epsilon"].map(math.isinf) & ~here["method"].isin([ERM, FAIR_REFERENCE])]
+    for i, row in enumerate(twins.sort_values("method").itertuples(index=False)):
+        look = style(plugins.get(row.method, row.method))
+        ax.errorbar(
+            [edge * _dodge(i, len(twins))],
+            [row.test_error_mean],
+            yerr=[[row.test_error_mean - row.ci_low], [row.ci_high - row.test_error_mean]],
+            color=look.color,
+            marker=look.marker,
+            markersize=6,
+            capsize=3,
+            linestyle="none",
+            markerfacecolor="white" if row.satisfied_fraction < HOLLOW_BELOW else look.color,
+            label=f"{row.method} (non-private)",
+        )
+    for method, text, dash in (
+        (ERM, "ERM (non-private, unconstrained", "-"),
+        (FAIR_REFERENCE, "fairlearn-eg (non-private fair ref.", "--"),
+    ):
+        row, suffix = _reference(rows, method, model, tau)
+        if row is None:
+            continue
+        color = style(method).color
+        ax.axhline(
+            row["test_error_mean"],
+            color=color,
+            linestyle=dash,
+            linewidth=1.2,
+            label=f"{text}{suffix})",
+        )
+        if not math.isnan(row["ci_low"]):
+            ax.axhspan(row["ci_low"], row["ci_high"], color=color, alpha=0.07, linewidth=0)
+    ax.set_xscale("log")
+    ax.set_xticks([*eps, edge])
+    ax.set_xticklabels([f"{e:g}" for e in eps] + ["non-\nprivate"])
+    ax.set_xlim(min(eps) / 1.6, edge * 1.6)
+    ax.minorticks_off()
+    if here.empty:
+        ax.text(0.5, 0.5, "no method reaches τ", transform=ax.transAxes, ha="center")
+    if unreached:
+        ax.text(
+            0.01,
+            0.01,
+            f"not within τ on validation (no point): {unreached}",
+            transform=ax.transAxes,
+            fontsize=6,
+            va="bottom",
+            wrap=True,
+        )
+    ax.set_title(f"τ = {tau:g} (held-out violation target)", fontsize=10)
+    ax.set_xlabel("ε (log scale)")
+    ax.grid(alpha=0.3)
+
+
+def privacy_cost_figure(
+    rows: pd.DataFrame,
+    model: str,
+    plugins: dict[str, str],
+    stem: Path,
+    meta: dict[str, Any],
+    unreached: dict[float, str] | None = None,
+) -> list[Path]:
+    """Draw one dataset's figure for `model` from its rows (privacy_cost.COLUMNS); writes
+    `stem`.png and `stem`.pdf and returns both paths. `unreached` names, per tau, the methods
+    (and epsilons) that have no point because nothing was within tau on validation."""
+    unreached = unreached or {}
+    taus = sorted(rows["tau"].unique(), reverse=True) or [math.nan]
+    fig, axes = plt.subplots(
+        1, len(taus), figsize=(4.8 * len(taus), 4.2), sharey=True, squeeze=False
+    )
+    eps = sorted(float(e) for e in meta["epsilons"])
+    for ax, tau in zip(axes[0], taus, strict=True):
+        _panel(ax, rows, model, tau, plugins, eps, unreached.get(float(tau), ""))
+    axes[0][0].set_ylabel("test error (selected configuration)")
+    fig.suptitle(
+        f"{meta['title']} · {meta['constraint']} · {model}: tuned at each τ, "
+        f"{meta['final_seeds']} fresh seeds (mean, 95% CI); tuning not charged to ε",
+        fontsize=10,
+    )
+    entries: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    mine = rows[rows["model"] == model]
+    if (mine["satisfied_fraction"] < HOLLOW_BELOW).any():
+        entries["hollow: under half the fresh seeds meet τ on test"] = Line2D(
+            [], [], linestyle="none", marker="o", color="grey", markerfacecolor="white"
+        )
+    if entries:
+        fig.legend(
+            entries.values(),
+            entries.keys(),
+            fontsize=8,
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            frameon=False,
+        )
+    fig.tight_layout()
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
+    plt.close(fig)
+    return paths
