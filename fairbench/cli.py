@@ -279,12 +279,12 @@ def _print_report(report) -> None:
     for warning in report.warnings:
         err_console.print(f"warning: {warning}", soft_wrap=True)
     _print_pareto(report.pareto_csv)
-    console.print(f"trials:  {report.trials_csv} ({report.n_trials} rows)")
-    console.print(f"report:  {report.pareto_md} (also paired.md, constraints.md)")
-    console.print(f"pareto:  {report.pareto_csv}")
-    console.print(f"constraint satisfaction per seed: {report.constraints_csv}")
+    console.print(f"trials:  {report.trials_csv} ({report.n_trials} rows)", soft_wrap=True)
+    console.print(f"report:  {report.pareto_md} (also paired.md, constraints.md)", soft_wrap=True)
+    console.print(f"pareto:  {report.pareto_csv}", soft_wrap=True)
+    console.print(f"per-seed satisfaction: {report.constraints_csv}", soft_wrap=True)
     for fig in report.figures:
-        console.print(f"figure:  {fig}")
+        console.print(f"figure:  {fig}", soft_wrap=True)
 
 
 class Listable(str, Enum):
