@@ -2,7 +2,6 @@
 warnings for lopsided budgets and for knob values that trained one model, and plots whose
 colours and points can be trusted."""
 
-import shutil
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -10,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairbench.report import plots, write_report
+from fairbench.report import plots
 from fairbench.report.aggregate import merge_identical_knobs, pareto_points, trials_frame
 from fairbench.report.caveats import caveats
 from fairbench.report.constraints import (
@@ -20,6 +19,7 @@ from fairbench.report.constraints import (
 )
 from fairbench.report.palette import REGISTRY, style
 from fairbench.report.tables import pareto_markdown, write_trials_csv
+from fairbench.runner.store import finished_rows
 from fairbench.runner.trial import predictions_hash
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "figures"
@@ -133,24 +133,20 @@ def test_budget_columns_from_the_method_or_from_an_old_rows_info():
         assert trial["calibrated"] == "steps"
 
 
-def test_committed_parkinsons_report_warns_about_its_step_counts(tmp_path):
-    """Regenerated from its committed trials.csv (the SQLite store is not committed)."""
-    source = RESULTS / "fig-credit-parkinsons"
-    run = tmp_path / "run"
-    run.mkdir()
-    for name in ("trials.csv", "config.yaml"):
-        shutil.copy(source / name, run / name)
-    report = write_report(run)
-    text = (run / "pareto.md").read_text()
-    assert "parkinsons · ε = 1: step counts differ 21x" in text
-    assert "raco-dp 7" in text
-    assert any("parkinsons · ε = 1: step counts" in w for w in report.warnings)
-    pareto = pd.read_csv(run / "pareto.csv")
+def test_committed_parkinsons_trials_warn_about_their_step_counts():
+    """Read back from the committed trials.csv (the SQLite store is not committed), as
+    `fairbench report` does for such a directory."""
+    rows = finished_rows(RESULTS / "fig-credit-parkinsons", "test")
+    trials = trials_frame(rows)
+    distinct, merged = merge_identical_knobs(trials)
+    warnings = caveats(trials, merged)
+    assert any("parkinsons · ε = 1: step counts differ 21x" in w and "raco-dp 7" in w
+               for w in warnings)  # fmt: skip
+    points = pareto_points(distinct)
     assert {"steps_mean", "epochs_mean", "noise_multiplier_mean", "calibrated",
-            "epsilon_spent_max", "violation_max", "knob_values"} <= set(pareto.columns)  # fmt: skip
-    paired = pd.read_csv(run / "paired.csv")
-    assert {"steps_a", "steps_b", "noise_multiplier_a", "epsilon_spent_b"} <= set(paired.columns)
-    assert "steps" in pd.read_csv(run / "trials.csv").columns
+            "epsilon_spent_max", "violation_max", "knob_values"} <= set(points.columns)  # fmt: skip
+    committed = (RESULTS / "fig-credit-parkinsons" / "pareto.md").read_text()
+    assert "parkinsons · ε = 1: step counts differ 21x" in committed
 
 
 def test_report_command_prints_the_warnings_and_the_pareto_table(cli, tmp_path):
@@ -166,6 +162,9 @@ def test_report_command_prints_the_warnings_and_the_pareto_table(cli, tmp_path):
     table_rows = [line for line in out.splitlines() if line.startswith("│ d ")]
     assert len(table_rows) == 2 and any("raco-dp" in r and "0.02" in r for r in table_rows)
     assert "report:" in out and "pareto.md" in out
+    paired = pd.read_csv(run / "paired.csv")
+    assert {"steps_a", "steps_b", "noise_multiplier_a", "epsilon_spent_b"} <= set(paired.columns)
+    assert "steps" in pd.read_csv(run / "trials.csv").columns
 
 
 def _figure_points(monkeypatch, points: pd.DataFrame) -> list:
