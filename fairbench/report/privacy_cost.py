@@ -44,12 +44,7 @@ COLUMNS = [
     "selected",
 ]
 SPREAD_COLUMNS = [
-    "dataset",
-    "model",
-    "constraint",
-    "tau",
-    "method",
-    "epsilon",
+    *COLUMNS[:6],  # dataset, model, constraint, tau, method, epsilon
     "budget",
     "n_configs",
     "n_infeasible",

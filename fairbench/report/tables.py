@@ -10,6 +10,7 @@ import pandas as pd
 
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import PANEL
+from fairbench.report.budget import BUDGET_COLUMNS
 from fairbench.report.caveats import caveats_markdown
 
 LEAD_COLUMNS = [
@@ -28,13 +29,7 @@ LEAD_COLUMNS = [
     "val_error",
     "val_violation",
     "epsilon_spent",
-    "steps",
-    "epochs",
-    "batch_size",
-    "noise_multiplier",
-    "noise",
-    "calibrated",
-    "calibration_at_bound",
+    *BUDGET_COLUMNS,
     "test_predictions_sha256",
     "wall_seconds",
 ]
