@@ -86,7 +86,7 @@ $(PRIVACY_COST_TUNES): privacy-cost-%: install
 
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
 # results/figures/<target>/; re-running resumes and skips finished trials.
-FIGURES := fig-adult-dp fig-adult-eo fig-adult-fnr fig-credit-parkinsons fig-multigroup fig-dp-fermi fig-dpse table-datasets table-step-time
+FIGURES := fig-privacy-cost fig-adult-dp fig-adult-eo fig-adult-fnr fig-credit-parkinsons fig-multigroup fig-dp-fermi fig-dpse table-datasets table-step-time
 # fig-acs joins when its PUMS file is present (it is not downloaded by `make figures`)
 ACS_PUMS := $(if $(FAIRBENCH_DATA),$(wildcard $(FAIRBENCH_DATA)/acs/2018/5-Year/psam_p01.csv))
 FIGURES += $(if $(ACS_PUMS),fig-acs)
