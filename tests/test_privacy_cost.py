@@ -110,6 +110,8 @@ def test_rows_are_exactly_the_selections_tune_made(built):
     assert set(zip(table["tau"], table["method"], table["epsilon"], strict=True)) == expected
     # ERM is an unconstrained reference: selected at every tau, whatever its violation
     assert {t for t, m, _ in expected if m == "erm"} == set(TAUS)
+    rules = dict(zip(table["method"], table["selection_rule"], strict=True))
+    assert rules == {"erm": "error_only", "sgda": "within_tau"}
 
 
 def test_a_method_that_cannot_reach_tau_has_no_row_and_is_listed(built):
@@ -185,3 +187,35 @@ def test_a_budget_no_noise_can_meet_is_a_calibration_error_and_still_a_config_er
         calibrate_steps(0.5, 4.0, 0.1, 1e-5)
     with pytest.raises(ConfigError, match="Laplace releases alone"):
         calibrate_noise_multiplier(0.5, 50, 0.1, 1e-5, laplace_scale=5.0)
+
+
+def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_plot(tmp_path):
+    """DP-SGD has no fairness knob: selected on validation error alone, it must never read as
+    a fair method that met tau."""
+    import matplotlib.pyplot as plt
+
+    from fairbench.report.privacy_cost_notes import dataset_markdown
+    from fairbench.report.privacy_cost_plot import _panel
+
+    def row(method, eps, mean, rule):
+        return {"model": "logistic", "tau": 0.05, "method": method, "epsilon": eps,
+                "test_error_mean": mean, "ci_low": mean - 0.01, "ci_high": mean + 0.01,
+                "satisfied_fraction": 0.0, "steps_mean": 100.0, "selection_rule": rule}  # fmt: skip
+
+    rows = pd.DataFrame([row("dp-sgd", 0.1, 0.25, "error_only"), row("dp-sgd", 8.0, 0.15,
+                         "error_only"), row("cgoo", 0.1, 0.30, "within_tau")])  # fmt: skip
+    meta = [{"title": "t", "constraint": "demographic_parity", "delta": 1e-5,
+             "model": "logistic", "budget": 2, "search_seeds": 1, "final_seeds": 10,
+             "epsilons": [0.1, 8.0], "low": 0.1, "high": 8.0, "path": "p"}]  # fmt: skip
+    empty = pd.DataFrame(columns=["model", "tau", "method", "epsilon", "infeasible"])
+    spread = pd.DataFrame(columns=["tau", "model", "method", "epsilon"])
+    note = dataset_markdown("k", meta, rows, empty, spread, [])
+    assert "| 0.05 | dp-sgd (no constraint) | 0.2500 | 0.1500 |" in note
+    assert "| 0.05 | cgoo | 0.3000 | — |" in note
+    fig, ax = plt.subplots()
+    _panel(ax, rows, "logistic", 0.05, {}, [0.1, 8.0], "")
+    handles, labels = ax.get_legend_handles_labels()
+    lines = {label: h.lines[0].get_linestyle() for h, label in zip(handles, labels, strict=True)}
+    plt.close(fig)
+    assert lines["dp-sgd (no fairness constraint)"] == "--"
+    assert lines["cgoo"] == "-"

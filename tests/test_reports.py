@@ -222,6 +222,9 @@ def test_figures_are_titled_and_keep_the_legend_off_the_data(monkeypatch, figure
     fig = figures[0]
     title = fig._suptitle.get_text()
     assert "d · demographic parity · privacy: full · model: logistic · 3 seeds" in title
+    assert title.endswith("hyper-parameters: defaults, untuned")
+    plots.trade_off_figures(figure_points, Path("/nonexistent"), hyper="tuned by t")
+    assert figures[1]._suptitle.get_text().endswith("hyper-parameters: tuned by t")
     legend = fig.legends[0]
     labels = [t.get_text() for t in legend.get_texts()]
     assert "Pareto frontier" in labels
@@ -229,6 +232,23 @@ def test_figures_are_titled_and_keep_the_legend_off_the_data(monkeypatch, figure
     annotations = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert {"0.02", "0.05"} <= set(annotations)
     plt.close("all")
+
+
+def test_untuned_runs_say_so_and_tune_finals_name_their_tune_config():
+    from fairbench.report import hyperparameter_provenance
+    from fairbench.runner.tune import TuneConfig, final_configs
+
+    assert hyperparameter_provenance({"name": "fig"}) == "defaults, untuned"
+    assert hyperparameter_provenance({"tuned_by": "pc"}) == "tuned by pc"
+    config = TuneConfig.model_validate({
+        "name": "pc", "datasets": ["synthetic"], "epsilons": [1.0], "targets": [0.05],
+        "budget": 1, "search_seeds": [100], "final_seeds": list(range(10)),
+        "methods": [{"name": "erm", "unconstrained": True, "space": {"lr": [0.5]}}]})  # fmt: skip
+    chosen = {"dataset": "synthetic", "epsilon": 1.0, "method": "erm", "selected": "erm#0",
+              "hparams": {"lr": 0.5}, "knob": None}  # fmt: skip
+    selection = pd.DataFrame([chosen])
+    (final,) = final_configs(config, selection).values()
+    assert final["tuned_by"] == "pc"
 
 
 def test_prediction_hashes_tell_mixtures_apart_by_their_weights():

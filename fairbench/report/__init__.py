@@ -35,13 +35,21 @@ class Report:
     warnings: list[str]
 
 
+def hyperparameter_provenance(config: dict) -> str:
+    """How the run's hyper-parameters were chosen, for every title: a figure of hand-set
+    defaults must not pass for a tuned comparison (issue 16)."""
+    tuned_by = config.get("tuned_by")
+    return f"tuned by {tuned_by}" if tuned_by else "defaults, untuned"
+
+
 def write_report(run_dir: Path) -> Report:
     """Regenerate every report file of `run_dir` from its results store; titled with the
     experiment's name from the run's saved config."""
     rows = finished_rows(run_dir, "report")
     config_path = run_dir / CONFIG_FILE
     config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
-    title = config.get("name", run_dir.name)
+    hyper = hyperparameter_provenance(config)
+    title = f"{config.get('name', run_dir.name)} ({hyper})"
     trials = trials_frame(rows)
     distinct, merged = merge_identical_knobs(trials)
     points = pareto_points(distinct)
@@ -71,8 +79,8 @@ def write_report(run_dir: Path) -> Report:
         table = compare(points, references)
         table.to_csv(run_dir / "references.csv", index=False)
         (run_dir / "references.md").write_text(references_markdown(table, title))
-    out.figures.extend(trade_off_figures(points, run_dir / "figures", references))
-    out.figures.extend(satisfaction_figures(points, run_dir / "figures"))
+    out.figures.extend(trade_off_figures(points, run_dir / "figures", references, hyper))
+    out.figures.extend(satisfaction_figures(points, run_dir / "figures", hyper))
     if "test_group_loss" in trials.columns:
         grouped = trials[trials["test_group_loss"].map(lambda v: isinstance(v, list))]
         table = group_table(grouped)

@@ -58,11 +58,14 @@ def _eps_title(eps: float) -> str:
     return "non-private" if math.isinf(eps) else f"ε = {eps:g}"
 
 
-def _suptitle(fig, dataset: str, constraint: str, notion: str, grp: pd.DataFrame) -> None:
+def _suptitle(
+    fig, dataset: str, constraint: str, notion: str, grp: pd.DataFrame, hyper: str
+) -> None:
     models = ", ".join(sorted(grp["model"].unique()))
     seeds = int(grp["n_seeds"].max())
     fig.suptitle(f"{dataset} · {constraint.replace('_', ' ')} · privacy: {notion} · "
-                 f"model: {models} · {seeds} seeds (95% CI)", fontsize=10)  # fmt: skip
+                 f"model: {models} · {seeds} seeds (95% CI)\nhyper-parameters: {hyper}",
+                 fontsize=10)  # fmt: skip
 
 
 def _save(fig, stem: Path) -> Path:
@@ -108,10 +111,14 @@ def _legend_outside(fig, axes) -> None:
 
 
 def trade_off_figures(
-    points: pd.DataFrame, out_dir: Path, references: list[dict] | None = None
+    points: pd.DataFrame,
+    out_dir: Path,
+    references: list[dict] | None = None,
+    hyper: str = "defaults, untuned",
 ) -> list[Path]:
     """Write one PNG (and PDF) per (dataset, constraint, privacy notion); returns PNG paths.
-    Published reference curves are drawn in the panels they match."""
+    Published reference curves are drawn in the panels they match; `hyper` says in the title
+    how the hyper-parameters were chosen."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     reference = points[points["epsilon"].map(math.isinf)]
@@ -140,13 +147,15 @@ def trade_off_figures(
             ax.set_xlabel(f"{constraint.replace('_', ' ')} violation (test)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("test error")
-        _suptitle(fig, dataset, constraint, notion, pd.concat([grp, refs]))
+        _suptitle(fig, dataset, constraint, notion, pd.concat([grp, refs]), hyper)
         _legend_outside(fig, axes[0])
         written.append(_save(fig, out_dir / f"{dataset}_{constraint}_{notion}"))
     return written
 
 
-def satisfaction_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
+def satisfaction_figures(
+    points: pd.DataFrame, out_dir: Path, hyper: str = "defaults, untuned"
+) -> list[Path]:
     """For methods whose knob is the allowed disparity gamma: held-out violation against the
     gamma asked for, one panel per epsilon (RaCO-DP Fig. 3 read as a calibration plot);
     points under the diagonal kept their promise."""
@@ -177,7 +186,7 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path) -> list[Path]:
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(f"{constraint.replace('_', ' ')} on test")
         notion = ", ".join(sorted(grp["privacy_notion"].unique()))
-        _suptitle(fig, dataset, constraint, notion, grp)
+        _suptitle(fig, dataset, constraint, notion, grp, hyper)
         _legend_outside(fig, axes[0])
         written.append(_save(fig, out_dir / f"{dataset}_{constraint}_satisfaction"))
     return written

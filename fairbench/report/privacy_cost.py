@@ -42,7 +42,11 @@ COLUMNS = [
     "satisfied_fraction",
     "steps_mean",
     "selected",
+    "selection_rule",
 ]
+# how a row's configuration was chosen: at the target, or (an accuracy reference such as
+# DP-SGD, which has no fairness knob) on validation error alone, the same at every target
+WITHIN_TAU, ERROR_ONLY = "within_tau", "error_only"
 SPREAD_COLUMNS = [
     *COLUMNS[:6],  # dataset, model, constraint, tau, method, epsilon
     "budget",
@@ -145,6 +149,7 @@ def _selected_json(row: pd.Series, trials: pd.DataFrame) -> str:
 def cost_rows(tuned: TuneOutput) -> pd.DataFrame:
     """The figure's rows: one per selected (dataset, model, constraint, tau, method, epsilon),
     from the selected configuration's fresh-seed final trials."""
+    free = unconstrained(tuned)
     rows = []
     for _, sel in tuned.selection.dropna(subset=["selected"]).iterrows():
         trials = _final_trials(tuned, sel)
@@ -169,9 +174,15 @@ def cost_rows(tuned: TuneOutput) -> pd.DataFrame:
                 "satisfied_fraction": float((trials["test_violation"] <= tau).mean()),
                 "steps_mean": float(trials["steps"].mean()),
                 "selected": _selected_json(sel, trials),
+                "selection_rule": ERROR_ONLY if sel["method"] in free else WITHIN_TAU,
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def unconstrained(tuned: TuneOutput) -> set[str]:
+    """Labels of the methods tune selected on validation error alone (`unconstrained`)."""
+    return {m.get("label") or m["name"] for m in tuned.config["methods"] if m.get("unconstrained")}
 
 
 def unreachable(tuned: TuneOutput) -> pd.DataFrame:
@@ -206,7 +217,7 @@ def search_spread(tuned: TuneOutput) -> pd.DataFrame:
         (r.dataset, r.epsilon, r.method): int(r.infeasible)
         for r in tuned.selection.itertuples(index=False)
     }
-    free = {m.get("label") or m["name"] for m in tuned.config["methods"] if m.get("unconstrained")}
+    free = unconstrained(tuned)
     rows = []
     for tau in tuned.config["targets"]:
         for (dataset, eps, label), group in means.groupby(["dataset", "epsilon", "method_label"]):

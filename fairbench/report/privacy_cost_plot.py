@@ -3,7 +3,9 @@
 One panel per target tau (loosest first), one line per private method with its 95% CI band,
 in the method's fixed colour and marker (`palette.style`). A point whose fresh seeds mostly
 miss tau on held-out data is drawn hollow, so a low error bought by violating the target is
-visible. ERM and the non-private fair reference are horizontal lines; the private methods'
+visible. A private method selected on validation error alone (DP-SGD, which has no fairness
+knob: the private accuracy reference) is dashed and labelled so, the same in every panel.
+ERM and the non-private fair reference are horizontal lines; the private methods'
 non-private twins (sgda, cgoo-nonprivate) are points at the right edge, past the largest
 epsilon, where a reader looks for "no privacy at all"."""
 
@@ -21,6 +23,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from fairbench.report.palette import style
+from fairbench.report.privacy_cost import ERROR_ONLY
 
 ERM = "erm"
 FAIR_REFERENCE = "fairlearn-eg"
@@ -62,6 +65,7 @@ def _panel(
         line = line.sort_values("epsilon")
         x = line["epsilon"] * _dodge(i, len(methods))  # overlapping intervals stay readable
         look = style(plugins.get(method, method))
+        free = "selection_rule" in line and bool((line["selection_rule"] == ERROR_ONLY).all())
         ax.fill_between(
             x, line["ci_low"], line["ci_high"], color=look.color, alpha=0.12, linewidth=0
         )
@@ -76,7 +80,8 @@ def _panel(
             marker=look.marker,
             markersize=5,
             capsize=2,
-            label=method,
+            linestyle="--" if free else "-",
+            label=f"{method} (no fairness constraint)" if free else method,
         )
         hollow = line["satisfied_fraction"] < HOLLOW_BELOW
         ax.plot(

@@ -73,6 +73,9 @@ class ExperimentConfig(_Strict):
     seeds: int | list[int] = 10
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     references: list[ReferenceCurve] = Field(default_factory=list)
+    # the tune config that selected these hyper-parameters (written by `fairbench tune`);
+    # None: set by hand, and figures say "defaults, untuned"
+    tuned_by: str | None = None
 
     @field_validator("datasets", mode="before")
     @classmethod

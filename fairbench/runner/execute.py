@@ -40,8 +40,11 @@ class RunSummary:
 
 
 def resolved_config(config: ExperimentConfig, specs: list[TrialSpec]) -> dict[str, Any]:
-    """The config with every default filled in and dataset fallbacks applied: what was run."""
+    """The config with every default filled in and dataset fallbacks applied: what was run.
+    `tuned_by` is left out when unset, so run directories written before it existed resume."""
     data = config.model_dump()
+    if data["tuned_by"] is None:
+        del data["tuned_by"]
     datasets = {(s.dataset, json.dumps(s.dataset_options, sort_keys=True)): s for s in specs}
     data["datasets"] = [
         {"name": s.dataset, "options": s.dataset_options, "if_missing": "error"}

@@ -67,7 +67,8 @@ class MethodSpace(_Strict):
     # name -> a list (uniform choice), {log: [lo, hi]} or {uniform: [lo, hi]}; `knob` is the
     # method's fairness knob
     space: dict[str, Any] = Field(default_factory=dict)
-    # an accuracy reference (ERM): selected on validation error alone, the targets ignored
+    # an accuracy reference (ERM; DP-SGD, the private one): selected on validation error alone,
+    # the targets ignored
     unconstrained: bool = False
 
     @field_validator("space")
@@ -298,7 +299,7 @@ def final_configs(config: TuneConfig, selection: pd.DataFrame) -> dict[str, dict
         out[stem] = {"name": f"{config.name}-{stem}", "datasets": [datasets[dataset]],
                      "constraint": config.constraint, "epsilons": [float(eps)] if private else [],
                      "delta": config.delta, "seeds": config.final_seeds,
-                     "methods": methods}  # fmt: skip
+                     "methods": methods, "tuned_by": config.name}  # fmt: skip
     return out
 
 
