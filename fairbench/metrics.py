@@ -121,6 +121,25 @@ def false_negative_rate(
     return out
 
 
+def false_negative_rate_parity_difference(
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, weight: np.ndarray | None = None
+) -> float:
+    """The largest gap between groups in P(ŷ ≠ y | y, s) for the positive class (binary
+    tasks; every class otherwise): the equal-opportunity gap, which equals the TPR gap."""
+    y_true, y_pred, sensitive = _check(y_true, y_pred, sensitive)
+    k = _n_classes(y_true, y_pred)
+    worst = 0.0
+    for label in [1] if k == 2 else range(k):
+        fnrs = []
+        for g in np.unique(sensitive):
+            members = (y_true == label) & (sensitive == g)
+            if members.any():
+                fnrs.append(_mean(y_pred[members] != label, _part(weight, members)))
+        if len(fnrs) >= 2:
+            worst = max(worst, float(max(fnrs) - min(fnrs)))
+    return worst
+
+
 def group_error_rates(
     y_true: np.ndarray,
     y_pred: np.ndarray,
@@ -199,5 +218,6 @@ VIOLATIONS = {
     "demographic_parity": lambda y, p, s, weight=None: demographic_parity_difference(p, s, weight),
     "equalized_odds": equalized_odds_difference,
     "false_negative_rate": _fnr_violation,
+    "false_negative_rate_parity": false_negative_rate_parity_difference,
     "bounded_group_loss": bounded_group_loss,
 }

@@ -20,6 +20,7 @@ def random_predictions(n=600, k=2, g=2, seed=0):
     ("demographic_parity", 2, 2, 4, 2), ("demographic_parity", 3, 5, 15, 5),
     ("equalized_odds", 2, 2, 8, 4), ("equalized_odds", 3, 4, 36, 12),
     ("false_negative_rate", 2, 2, 1, 2), ("false_negative_rate", 3, 2, 3, 3),
+    ("false_negative_rate_parity", 2, 2, 4, 4), ("false_negative_rate_parity", 3, 2, 12, 6),
 ])  # fmt: skip
 def test_builders_have_the_paper_sizes(name, k, g, j, q):
     cs = constraints.build(name, None, k, g, 0.05)
@@ -39,6 +40,10 @@ def test_evaluation_agrees_with_the_metrics():
     assert fnr["value"] == pytest.approx(metrics.false_negative_rate(y, p)[1])
     assert fnr["satisfied"] == (fnr["value"] <= 0.3)
     assert fnr["violation"] == pytest.approx(max(0.0, fnr["value"] - 0.3))
+    parity = constraints.build("false_negative_rate_parity", None, 2, 2, 0.05).evaluate(y, p, s)
+    gap = metrics.false_negative_rate_parity_difference(y, p, s)
+    assert max(c["value"] for c in parity) == pytest.approx(gap)
+    assert sorted(c["value"] for c in parity)[:2] == pytest.approx([-gap, -gap])  # both signs
     y, p, s = random_predictions(k=3, g=4, seed=1)
     dp = constraints.build("demographic_parity", None, 3, 4, 0.0).evaluate(y, p, s)
     ovr = metrics.demographic_parity_difference_ovr(p, s)

@@ -14,6 +14,9 @@ def test_binary_metrics_by_hand():
     # TPR: s0 1/2, s1 1/1 -> 0.5; FPR: s0 1/2, s1 1/3 -> 1/6
     assert metrics.equalized_odds_difference(y, p, s) == pytest.approx(0.5)
     assert metrics.false_negative_rate(y, p) == pytest.approx([2 / 5, 1 / 3])
+    # FNR of y = 1: s0 1/2, s1 0/1 -> 0.5 (the TPR gap); the FPR gap does not enter
+    assert metrics.false_negative_rate_parity_difference(y, p, s) == pytest.approx(0.5)
+    assert metrics.false_negative_rate_parity_difference(y, np.where(y == 1, 1, 1 - p), s) == 0.0
     assert metrics.group_error_rates(y, p, s, 2) == pytest.approx([0.5, 0.25])
 
 

@@ -70,6 +70,9 @@ class _Diverged(Exception):
     """The second run's releases stopped matching the first run's."""
 
 
+LABEL_CONDITIONED = ("equalized_odds", "false_negative_rate_parity")  # marginals over (s, y)
+
+
 def changed_fields(notion: str, constraint: str) -> tuple[str, ...]:
     """The record fields a privacy notion protects, minus what it declares public."""
     if notion.startswith("sensitive-attribute"):
@@ -78,7 +81,7 @@ def changed_fields(notion: str, constraint: str) -> tuple[str, ...]:
     if "public-group-sizes" in notion:
         kept.add("s")
     if "public-marginals" in notion:
-        kept |= {"s", "y"} if constraint == "equalized_odds" else {"s"}
+        kept |= {"s", "y"} if constraint in LABEL_CONDITIONED else {"s"}
     return tuple(f for f in ("x", "y", "s") if f not in kept)
 
 

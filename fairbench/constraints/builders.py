@@ -91,10 +91,31 @@ def false_negative_rate(
     return _assemble("false_negative_rate", table, n_classes, constraints)
 
 
+def false_negative_rate_parity(
+    n_classes: int, n_groups: int, gamma: float = 0.0
+) -> RateConstraintSet:
+    """Equal false-negative rates across groups (equal opportunity, Hardt et al. 2016): for the
+    positive class y (binary tasks; every class otherwise) and every group z, both
+    FNR(y, s = z) − FNR(y, s ≠ z) ≤ γ and the reverse (the TPR gap) ≤ γ. Equalized odds
+    restricted to the positive label. J = 2·|Z|·(constrained classes), Q = |Y|·|Z|."""
+    table = np.arange(n_classes * n_groups).reshape(n_classes, n_groups)
+    constraints = []
+    for y in [1] if n_classes == 2 else range(n_classes):
+        wrong = np.ones(n_classes)
+        wrong[y] = 0.0
+        for z in range(n_groups):
+            rest = [int(table[y, g]) for g in range(n_groups) if g != z]
+            for sign, what in ((1.0, "FNR"), (-1.0, "TPR")):
+                terms = [([int(table[y, z])], sign * wrong), (rest, -sign * wrong)]
+                constraints.append((f"{what}(y={y}|s={z}) - {what}(y={y}|s≠{z})", terms, gamma))
+    return _assemble("false_negative_rate_parity", table, n_classes * n_groups, constraints)
+
+
 BUILDERS = {
     "demographic_parity": demographic_parity,
     "equalized_odds": equalized_odds,
     "false_negative_rate": false_negative_rate,
+    "false_negative_rate_parity": false_negative_rate_parity,
 }
 
 PARTITIONS = ("group", "label", "label_x_group")

@@ -6,12 +6,12 @@ answers that with the reductions implementation most papers use, unmodified. It 
 privacy budget and runs once per knob and seed, like `erm` and `sgda`.
 
 - Knob `difference_bound`: the bound of fairlearn's constraint, `DemographicParity` for
-  `demographic_parity`, `EqualizedOdds` for `equalized_odds`. fairlearn bounds each group's
+  `demographic_parity`, `EqualizedOdds` for `equalized_odds`, `TruePositiveRateParity` for
+  `false_negative_rate_parity` (equal TPRs are equal FNRs). fairlearn bounds each group's
   rate against the overall rate, while fairbench reports the largest pairwise gap, which can
   reach up to twice the bound (1.5x on Adult's 2:1 sex split). fairbench's
-  `false_negative_rate` (an absolute FNR bound) has no fairlearn counterpart
-  (`TruePositiveRateParity` equalises FNR across groups instead) and is refused, as are
-  declared constraint sets and non-binary tasks.
+  `false_negative_rate` (an absolute FNR bound) has no fairlearn counterpart and is refused,
+  as are declared constraint sets and non-binary tasks.
 - `eps` (fairlearn's, which only sets the multiplier bound B = 1/eps) defaults to the knob,
   as the CGOO-vs-fairlearn test in tests/test_cgoo.py does.
 - Linear only: the base estimator is scikit-learn's LogisticRegression (`model: logistic`),
@@ -55,7 +55,11 @@ from fairbench.methods.base import (
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.task import Task
 
-MOMENTS = {"demographic_parity": "DemographicParity", "equalized_odds": "EqualizedOdds"}
+MOMENTS = {
+    "demographic_parity": "DemographicParity",
+    "equalized_odds": "EqualizedOdds",
+    "false_negative_rate_parity": "TruePositiveRateParity",  # equal FNR is equal TPR
+}
 INSTALL = "pip install 'dp-fairbench[fairlearn]'"
 
 
