@@ -89,7 +89,7 @@ def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -
         '"Cannot say": the method reaches τ at only one of the two (or has one seed).',
     ]
     rule = rows.get("selection_rule", pd.Series("within_tau", index=rows.index))
-    free = set(rows.loc[rule == "error_only", "method"])
+    free = set(rows.loc[(rule == "error_only") & rows["epsilon"].map(math.isfinite), "method"])
     if free:
         lines += [
             "",
