@@ -70,7 +70,7 @@ tune-adult-dp: install
 # invocation to its wall_seconds.txt (a resumed run times only what was left). Single-threaded
 # BLAS: with one worker per core, multi-threaded OpenBLAS oversubscribes the cores
 # (fairlearn-eg's logistic fits took 2.1 s instead of 0.035 s on Adult n_train 5000).
-PRIVACY_COST := german adult5k adult5k-mlp compas parkinsons credit adult heart
+PRIVACY_COST := german adult2k adult5k adult5k-mlp compas parkinsons credit adult heart
 PRIVACY_COST_TUNES := $(addprefix privacy-cost-,$(PRIVACY_COST))
 PRIVACY_COST_ENV := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 .PHONY: fig-privacy-cost $(PRIVACY_COST_TUNES)

@@ -93,7 +93,7 @@ def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -
         '"Cannot say": the method reaches τ at only one of the two (or has one seed).',
     ]
     rule = rows.get("selection_rule", pd.Series(WITHIN_TAU, index=rows.index))
-    free = set(rows.loc[rule == ERROR_ONLY, "method"])
+    free = set(rows.loc[(rule == ERROR_ONLY) & rows["epsilon"].map(math.isfinite), "method"])
     if free:
         lines += [
             "",
