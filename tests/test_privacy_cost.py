@@ -14,7 +14,7 @@ from scipy import stats
 from fairbench.errors import ConfigError
 from fairbench.report.privacy_cost import COLUMNS, SPREAD_COLUMNS, build
 from fairbench.report.privacy_cost_notes import privacy_bites
-from fairbench.runner.tune import TuneConfig, choose
+from fairbench.workflows.tune import TuneConfig, choose
 
 TAUS = (0.3, 0.05)
 TUNE = {
@@ -46,11 +46,11 @@ TUNE = {
 def built(tmp_path_factory):
     """One tiny tune and its figure. Reports and the ledgers' independent cross-checks are
     skipped for speed: the builder reads neither (it reads the stores)."""
-    from fairbench.runner.tune import run_tune
+    from fairbench.workflows.tune import run_tune
 
     root = tmp_path_factory.mktemp("privacy-cost")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("fairbench.report.write_report", lambda run_dir: None)
+        patch.setattr("fairbench.workflows.tune.write_report", lambda run_dir: None)
         patch.setattr("fairbench.runner.trial.check_ledger", lambda *args: {})
         _, failures = run_tune(TuneConfig.model_validate(TUNE), root / "tune", workers=1,
                                quiet=True, charge=False, warn=lambda _: None)  # fmt: skip

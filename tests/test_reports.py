@@ -19,7 +19,7 @@ from fairbench.report.constraints import (
 )
 from fairbench.report.palette import REGISTRY, style
 from fairbench.report.tables import pareto_markdown, write_trials_csv
-from fairbench.runner.store import finished_rows
+from fairbench.rundir.store import finished_rows
 from fairbench.runner.trial import predictions_hash
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "figures"
@@ -236,7 +236,7 @@ def test_figures_are_titled_and_keep_the_legend_off_the_data(monkeypatch, figure
 
 def test_untuned_runs_say_so_and_tune_finals_name_their_tune_config():
     from fairbench.report import hyperparameter_provenance
-    from fairbench.runner.tune import TuneConfig, final_configs
+    from fairbench.workflows.tune import TuneConfig, final_configs
 
     assert hyperparameter_provenance({"name": "fig"}) == "defaults, untuned"
     assert hyperparameter_provenance({"tuned_by": "pc"}) == "tuned by pc"

@@ -9,9 +9,9 @@ import yaml
 
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import trials_frame
+from fairbench.rundir.store import finished_rows
 from fairbench.runner.config import expand, parse_config
-from fairbench.runner.store import finished_rows
-from fairbench.runner.tune import TuneConfig, load_tune_config, sample_configurations
+from fairbench.workflows.tune import TuneConfig, load_tune_config, sample_configurations
 
 BASE = {
     "name": "t",
@@ -62,7 +62,7 @@ def test_bad_tune_configs_are_one_line_errors(tmp_path, change, message):
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    from fairbench.runner.tune import run_tune
+    from fairbench.workflows.tune import run_tune
 
     out = tmp_path_factory.mktemp("tune")
     config = TuneConfig.model_validate(BASE)

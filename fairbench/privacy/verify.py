@@ -1,10 +1,10 @@
-"""Re-check a finished run's privacy claims from its stored ledgers alone."""
+"""Re-check a finished run's privacy claims from its stored ledgers alone (the rows of its
+results store, which the caller reads: privacy knows no run directory)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fairbench.privacy.crosscheck import check_ledger
@@ -45,9 +45,3 @@ def verify_rows(rows: list[dict[str, Any]]) -> list[Finding]:
         findings.append(Finding(row["trial_id"], row["label"], row["epsilon"], stored,
                                 recomputed, checks, problems))  # fmt: skip
     return findings
-
-
-def verify_run(run_dir: Path) -> list[Finding]:
-    from fairbench.runner.store import finished_rows
-
-    return verify_rows(finished_rows(run_dir, "verify"))

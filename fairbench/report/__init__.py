@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from fairbench.report.aggregate import merge_identical_knobs, pareto_points, trials_frame
 from fairbench.report.caveats import caveats
 from fairbench.report.constraints import (
@@ -20,8 +18,8 @@ from fairbench.report.paired import paired_markdown, paired_table
 from fairbench.report.plots import satisfaction_figures, trade_off_figures
 from fairbench.report.references import compare, references_markdown
 from fairbench.report.tables import pareto_markdown, write_trials_csv
-from fairbench.runner.execute import CONFIG_FILE
-from fairbench.runner.store import finished_rows
+from fairbench.rundir import saved_config
+from fairbench.rundir.store import finished_rows
 
 
 @dataclass(frozen=True)
@@ -46,8 +44,7 @@ def write_report(run_dir: Path) -> Report:
     """Regenerate every report file of `run_dir` from its results store; titled with the
     experiment's name from the run's saved config."""
     rows = finished_rows(run_dir, "report")
-    config_path = run_dir / CONFIG_FILE
-    config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
+    config = saved_config(run_dir)
     hyper = hyperparameter_provenance(config)
     title = f"{config.get('name', run_dir.name)} ({hyper})"
     trials = trials_frame(rows)

@@ -24,8 +24,15 @@ import yaml
 
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import ci95, trials_frame
-from fairbench.report.privacy_cost_notes import by_model, dataset_markdown, unreached_text
-from fairbench.runner.store import finished_rows
+from fairbench.report.privacy_cost_notes import (
+    ERROR_ONLY,
+    WITHIN_TAU,
+    by_model,
+    dataset_markdown,
+    unreached_text,
+)
+from fairbench.report.privacy_cost_plot import privacy_cost_figure
+from fairbench.rundir.store import finished_rows
 
 COLUMNS = [
     "dataset",
@@ -44,9 +51,6 @@ COLUMNS = [
     "selected",
     "selection_rule",
 ]
-# how a row's configuration was chosen: at the target, or (an accuracy reference such as
-# DP-SGD, which has no fairness knob) on validation error alone, the same at every target
-WITHIN_TAU, ERROR_ONLY = "within_tau", "error_only"
 SPREAD_COLUMNS = [
     *COLUMNS[:6],  # dataset, model, constraint, tau, method, epsilon
     "budget",
@@ -276,8 +280,6 @@ def _meta(tuned: TuneOutput, name: str) -> dict[str, Any]:
 def build(outputs: list[Path], dest: Path) -> list[Path]:
     """Per dataset: `<key>.csv` (COLUMNS), `<key>-search-spread.csv` (SPREAD_COLUMNS), a
     figure per model (`<key>-<model>.png/.pdf`) and `<key>.md`. Returns the files written."""
-    from fairbench.report.privacy_cost_plot import privacy_cost_figure
-
     if not outputs:
         raise ConfigError("give at least one `fairbench tune` output directory")
     tuned = [load_tune_output(p) for p in outputs]

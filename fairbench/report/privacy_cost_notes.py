@@ -13,6 +13,10 @@ from typing import Any
 
 import pandas as pd
 
+# how a row's configuration was chosen: at the target, or (an accuracy reference such as
+# DP-SGD, which has no fairness knob) on validation error alone, the same at every target
+WITHIN_TAU, ERROR_ONLY = "within_tau", "error_only"
+
 
 def privacy_bites(rows: pd.DataFrame, low: float, high: float) -> list[dict[str, Any]]:
     """Per (model, tau, private method): does test error at epsilon `low` exceed the error at
@@ -88,8 +92,8 @@ def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -
         "error at the largest ε by more than the sum of the two 95% CI half-widths. "
         '"Cannot say": the method reaches τ at only one of the two (or has one seed).',
     ]
-    rule = rows.get("selection_rule", pd.Series("within_tau", index=rows.index))
-    free = set(rows.loc[(rule == "error_only") & rows["epsilon"].map(math.isfinite), "method"])
+    rule = rows.get("selection_rule", pd.Series(WITHIN_TAU, index=rows.index))
+    free = set(rows.loc[(rule == ERROR_ONLY) & rows["epsilon"].map(math.isfinite), "method"])
     if free:
         lines += [
             "",

@@ -23,7 +23,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from fairbench.report.palette import style
-from fairbench.report.privacy_cost import ERROR_ONLY
+from fairbench.report.privacy_cost_notes import ERROR_ONLY
 
 ERM = "erm"
 FAIR_REFERENCE = "fairlearn-eg"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from fairbench.errors import ConfigError
 from fairbench.runner.trial import TrialSpec
+from fairbench.runner.worker import run_batch
 
 BATCHES_PER_WORKER = 4
 
@@ -39,7 +40,6 @@ def run_on_dask(
         raise ConfigError(
             "the dask executor needs distributed: pip install 'dp-fairbench[dask]'"
         ) from None
-    from fairbench.runner.execute import run_batch
 
     cluster = None
     if scheduler is None:

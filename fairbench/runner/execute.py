@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from rich.progress import (
     BarColumn,
@@ -23,12 +21,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from fairbench.errors import ConfigError, FairbenchError
+from fairbench.errors import ConfigError
+from fairbench.rundir import CONFIG_FILE, saved_config
+from fairbench.rundir.store import ResultStore
 from fairbench.runner.config import ExperimentConfig, expand, parse_config
-from fairbench.runner.store import ResultStore
 from fairbench.runner.trial import TrialSpec, run_trial
-
-CONFIG_FILE = "config.yaml"
+from fairbench.runner.worker import failure_message, init_worker
 
 
 @dataclass(frozen=True)
@@ -87,30 +85,7 @@ def load_run_config(run_dir: Path) -> ExperimentConfig:
     path = run_dir / CONFIG_FILE
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG_FILE}); check the path")
-    return parse_config(yaml.safe_load(path.read_text()), str(path))
-
-
-def _init_worker() -> None:
-    torch.set_num_threads(1)  # workers are the parallelism; avoid oversubscribing cores
-
-
-def _failure(exc: BaseException) -> str:
-    if isinstance(exc, FairbenchError):
-        return f"{type(exc).__name__}: {exc}"
-    return "".join(traceback.format_exception(exc)).strip()
-
-
-def run_batch(specs: list[TrialSpec]) -> list[tuple[TrialSpec, dict | None, str | None]]:
-    """Run trials one after another where this is called (a remote task of a distributed
-    executor): (spec, result, None) or (spec, None, error) for each."""
-    _init_worker()
-    out: list[tuple[TrialSpec, dict | None, str | None]] = []
-    for spec in specs:
-        try:
-            out.append((spec, run_trial(spec), None))
-        except Exception as exc:  # a failed trial is reported, the batch goes on
-            out.append((spec, None, _failure(exc)))
-    return out
+    return parse_config(saved_config(run_dir), str(path))
 
 
 def execute(
@@ -159,7 +134,7 @@ def execute(
                     try:
                         record(spec, run_trial(spec), None)
                     except Exception as exc:  # a failed trial is recorded, the run goes on
-                        record(spec, None, _failure(exc))
+                        record(spec, None, failure_message(exc))
             else:
                 _run_pool(pending, workers, record)
         return RunSummary(len(specs), len(specs) - len(pending), len(pending) - len(failed), failed)
@@ -169,7 +144,7 @@ def execute(
 
 def _run_pool(pending: list[TrialSpec], workers: int, record) -> None:
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker) as pool:
         futures: dict[Future, TrialSpec] = {pool.submit(run_trial, s): s for s in pending}
         try:
             while futures:
@@ -177,7 +152,7 @@ def _run_pool(pending: list[TrialSpec], workers: int, record) -> None:
                 for fut in done:
                     spec = futures.pop(fut)
                     exc = fut.exception()
-                    record(spec, None if exc else fut.result(), exc and _failure(exc))
+                    record(spec, None if exc else fut.result(), exc and failure_message(exc))
         except BaseException:
             for fut in futures:
                 fut.cancel()

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairbench.runner.store import ResultStore
+from fairbench.rundir.store import ResultStore
 from fairbench.runner.trial import TrialSpec
 
 

@@ -45,7 +45,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fairbench.errors import CalibrationError, ConfigError
 from fairbench.methods import method_class
 from fairbench.privacy import PrivacyLedger, epsilon
+from fairbench.report import write_report
 from fairbench.report.aggregate import ci95, trials_frame
+from fairbench.rundir.store import finished_rows
 from fairbench.runner.config import (
     DatasetEntry,
     ExperimentConfig,
@@ -54,7 +56,6 @@ from fairbench.runner.config import (
     resolve_path,
 )
 from fairbench.runner.execute import execute, prepare_run
-from fairbench.runner.store import finished_rows
 from fairbench.runner.trial import TrialSpec
 
 KNOB = "knob"
@@ -359,7 +360,7 @@ def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> 
         "",
         (
             "Tuning epsilon: PLD composition of every search fit and one final fit, with the "
-            "validation split treated as public (the bound stated in fairbench.runner.tune)."
+            "validation split treated as public (the bound stated in fairbench.workflows.tune)."
             if charge
             else "The privacy cost of tuning is not charged (as in the papers): the ε of each "
             "final model covers its own training only. `--charge-tuning` reports a bound."
@@ -407,8 +408,6 @@ def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: b
     """Search, select, re-run on fresh seeds, write everything under `out`. Returns the
     summary and the failed trials' messages (search and final); search draws that failed
     calibration are not failures (the summary's `infeasible` counts them)."""
-    from fairbench.report import write_report
-
     failures = []
     search_dir = out / "search"
     specs = prepare_run(search_config(config), search_dir, warn)

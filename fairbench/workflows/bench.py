@@ -3,6 +3,7 @@
 Each method's `stepper` runs exactly the code its `fit` runs (batch sampling included).
 Methods are timed in interleaved rounds of a few steps each, so drift in machine load hits all
 of them alike; the reported figure is the median over rounds of the mean step time.
+`figure_time` times a whole figure run from scratch through the runner, with each method's share.
 """
 
 from __future__ import annotations
@@ -147,9 +148,9 @@ def figure_time(config_name: str, run_dir: Path, workers: int) -> dict[str, Any]
     method's share: the sum of its trials' seconds, and the wall time attributed to it in
     proportion to that sum (workers run trials of all methods side by side)."""
     from fairbench.errors import ConfigError
+    from fairbench.rundir.store import finished_rows
     from fairbench.runner.config import load_config
     from fairbench.runner.execute import execute, prepare_run
-    from fairbench.runner.store import finished_rows
 
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(f"{run_dir} is not empty; a figure is timed from scratch")

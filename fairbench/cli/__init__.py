@@ -1,0 +1,43 @@
+"""The `fairbench` command line. Thin: parses, calls the library, prints.
+
+This module builds the Typer app; the commands live in one module per group (`runs`, `checks`,
+`tuning`, `data`, `privacy`) and are registered here, in the order `--help` lists them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from fairbench.cli import checks, data, privacy, runs, tuning
+from fairbench.cli.common import err_console
+from fairbench.errors import FairbenchError
+
+app = typer.Typer(
+    help="Benchmark differentially private fair-learning methods on the same footing.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(data.data_app, name="data")
+app.add_typer(privacy.privacy_app, name="privacy")
+app.add_typer(tuning.figure_app, name="figure")
+app.command()(runs.run)
+app.command()(runs.status)
+app.command()(runs.export)
+app.command()(checks.check)
+app.command()(tuning.tune)
+app.command()(runs.report)
+app.command("list")(data.list_)
+app.command()(checks.bench)
+app.command()(checks.audit)
+
+
+def main() -> None:
+    """Entry point: user errors become one `error:` line and exit status 2."""
+    try:
+        app()
+    except FairbenchError as exc:
+        err_console.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(2)

@@ -1,0 +1,177 @@
+"""`fairbench check`, `bench` and `audit`: checks and measurements of the suite itself
+(regressions against a baseline, timings, empirical privacy audits)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from fairbench.cli.common import console, key_values
+from fairbench.errors import ConfigError
+
+
+def check(
+    run_dir: Path,
+    baseline: Annotated[Path | None, typer.Option(help="committed baseline JSON")] = None,
+    write_baseline: Annotated[
+        Path | None, typer.Option(help="write the run's summary as a new baseline instead")
+    ] = None,
+) -> None:
+    """Compare a run with a baseline: Pareto error at fixed violation levels, constraint
+    satisfaction, epsilon spent. Exit 1, listing each regression, if any exceeds tolerance."""
+    from fairbench.report import regression
+    from fairbench.rundir.store import finished_rows
+
+    if (baseline is None) == (write_baseline is None):
+        raise ConfigError("give exactly one of --baseline FILE (check) or --write-baseline FILE")
+    rows = finished_rows(run_dir, "check")
+    if write_baseline is not None:
+        written = regression.write_baseline(rows, write_baseline, run_dir.name)
+        console.print(f"baseline of {len(written['entries'])} series → {write_baseline}")
+        return
+    reference = regression.load_baseline(baseline)
+    found = regression.compare(rows, reference)
+    for item in found:
+        console.print(f"REGRESSION {item}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"{len(reference['entries'])} series checked against {baseline}: "
+                  f"{len(found)} regression(s)", soft_wrap=True)  # fmt: skip
+    if found:
+        raise typer.Exit(1)
+
+
+def bench(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    batch_size: int = 512,
+    rounds: Annotated[int, typer.Option(min=1)] = 60,
+    device: str = "cpu",
+    out: Annotated[
+        Path | None, typer.Option(help="also write step_time.json/.csv/.md into this folder")
+    ] = None,
+    fits: Annotated[bool, typer.Option(help="also time one whole trial per method")] = False,
+    figure: Annotated[
+        str | None, typer.Option(help="instead, time this figure config run from scratch")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="--figure: processes")] = None,
+) -> None:
+    """Median wall time per training step of each method, and ratios to DP-SGD; or, with
+    --figure, the wall time of a whole figure run and each method's share."""
+    from fairbench.workflows.bench import fit_times, step_times, write_step_table
+
+    if figure is not None:
+        _bench_figure(figure, out, workers, as_json)
+        return
+
+    result = step_times(batch_size=batch_size, rounds=rounds, device=device)
+    if fits:
+        result["fit_seconds"] = fit_times()
+    if out is not None:
+        write_step_table(result, out)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"step time, {result['dataset']}, batch {batch_size}, {device}")
+    for col in ("method", "median ms / step", "ratio to dp-sgd", "ratio to published code"):
+        table.add_column(col)
+    for name, seconds in result["step_seconds"].items():
+        ratio = result["ratio_to_dp_sgd"][name]
+        published = result["ratio_to_published"].get(name)
+        table.add_row(escape(name), f"{seconds * 1e3:.3f}", f"{ratio:.2f}",
+                      "" if published is None else f"{published:.4f}")  # fmt: skip
+    console.print(table)
+    for name, seconds in result.get("fit_seconds", {}).items():
+        console.print(f"one {name} trial (defaults, ε = 1): {seconds:.1f} s")
+    if result["ratio_to_published"]:
+        console.print("published code: per-step times measured in the RaCO-DP paper (Table 2)")
+
+
+def _bench_figure(figure: str, out: Path | None, workers: int | None, as_json: bool) -> None:
+    import tempfile
+
+    from fairbench.runner.execute import default_workers
+    from fairbench.workflows.bench import figure_time
+
+    with tempfile.TemporaryDirectory() as scratch:
+        result = figure_time(figure, Path(scratch) / "run", workers or default_workers())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{result['figure']}_time.json").write_text(json.dumps(result, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    minutes = result["wall_seconds"] / 60
+    console.print(f"{result['figure']}: {result['trials']} trials ({result['failed']} failed) "
+                  f"in {minutes:.1f} min on {result['workers']} workers")  # fmt: skip
+    table = Table(title="time per method")
+    for col in ("method", "trials", "trial seconds (sum)", "wall minutes (share)"):
+        table.add_column(col)
+    for label, m in result["methods"].items():
+        table.add_row(escape(label), str(m["trials"]), f"{m['trial_seconds']:.0f}",
+                      f"{m['wall_seconds_share'] / 60:.1f}")  # fmt: skip
+    console.print(table)
+
+
+def audit(
+    method: Annotated[str, typer.Option(help="a private method plugin")],
+    epsilon: Annotated[float, typer.Option(help="the claimed epsilon the method is run at")],
+    delta: Annotated[float, typer.Option(help="the claimed delta")] = 1e-5,
+    trials: Annotated[int, typer.Option(min=4, help="fits per world (with, without canary)")] = 400,
+    knob: Annotated[float | None, typer.Option(help="fairness knob, for methods with one")] = None,
+    constraint: Annotated[str, typer.Option(help="the constraint the method trains for")] = (
+        "demographic_parity"
+    ),
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="hyperparameter KEY=VALUE (repeatable)")
+    ] = None,
+    confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
+    seed: int = 0,
+    power_check: Annotated[
+        bool, typer.Option(help="also audit with the Gaussian noise off: it must be caught")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Empirical lower bound on a method's privacy loss by canary membership inference.
+    Exit 1 if the bound exceeds the claimed epsilon (the implementation leaks more), or if
+    the power check's noiseless copy is not caught (the trial budget is too small)."""
+    import dataclasses
+
+    from fairbench.audit.canary import audit as run_audit
+    from fairbench.audit.canary import audit_method, gaussian_noise_disabled
+    from fairbench.methods import FairnessSpec
+    from fairbench.privacy import PrivacyBudget
+
+    PrivacyBudget(epsilon, delta)  # one clear error for a bad claim before any fit
+    plugin = audit_method(method, key_values(set_, "--set", "batch_size=16"))
+    if plugin.knob is not None and knob is None:
+        raise ConfigError(f"method {method} has a fairness knob ({plugin.knob}): give --knob")
+
+    def audit_once():
+        return run_audit(plugin, epsilon, delta, FairnessSpec(constraint, knob), trials,
+                         confidence, seed=seed)  # fmt: skip
+
+    results = {"audit": audit_once()}
+    if power_check:
+        with gaussian_noise_disabled():
+            results["noise off"] = audit_once()
+    failed = not results["audit"].consistent or (power_check and results["noise off"].consistent)
+    if as_json:
+        print(json.dumps({name: dataclasses.asdict(r) | {"consistent": r.consistent}
+                          for name, r in results.items()}))  # fmt: skip
+    for name, r in [] if as_json else results.items():
+        verdict = "consistent with the claim" if r.consistent else "EXCEEDS the claim"
+        if name == "noise off":
+            verdict = ("caught: the audit has the power to see a missing noise"
+                       if not r.consistent else "NOT caught: raise --trials")  # fmt: skip
+        console.print(
+            f"{name}: {method} at claimed ε = {epsilon:g}, δ = {delta:g}: empirical lower "
+            f"bound ε ≥ {r.epsilon_lower_bound:.3f} ({confidence:.0%} confidence; held-out "
+            f"TPR {r.true_positives}/{r.held_out}, FPR {r.false_positives}/{r.held_out}; "
+            f"{2 * trials} fits in {r.seconds:.0f} s): {verdict}",
+            highlight=False, markup=False, soft_wrap=True,
+        )  # fmt: skip
+    if failed:
+        raise typer.Exit(1)

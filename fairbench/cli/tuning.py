@@ -1,0 +1,60 @@
+"""`fairbench tune` and the `figure` group built from its outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fairbench.cli.common import console, err_console
+
+figure_app = typer.Typer(help="Paper figures built from finished runs.", no_args_is_help=True)
+
+
+def tune(
+    config: Annotated[str, typer.Argument(help="tune config: YAML path or bundled name")],
+    out: Annotated[Path | None, typer.Option(help="output directory (default runs/NAME)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar (for CI)")] = False,
+    charge_tuning: Annotated[
+        bool, typer.Option(help="report the privacy cost of tuning under the stated bound")
+    ] = False,
+) -> None:
+    """Equal-budget random search per method, selection on validation, the selected
+    configurations re-run on fresh seeds; writes selected/*.yaml (run configs) and tuning.md."""
+    from fairbench.runner.execute import default_workers
+    from fairbench.workflows.tune import load_tune_config, run_tune
+
+    spec = load_tune_config(config)
+    out = out or Path("runs") / spec.name
+    table, failures = run_tune(spec, out, workers or default_workers(), quiet, charge_tuning,
+                               warn=err_console.print)  # fmt: skip
+    reached = table["selected"].notna().sum()
+    console.print(f"{reached} of {len(table)} (method, target, ε) selections reached their "
+                  f"target → {out / 'tuning.md'}; run configs in {out / 'selected'}")  # fmt: skip
+    infeasible = int(table.drop_duplicates(["dataset", "epsilon", "method"])["infeasible"].sum())
+    if infeasible:
+        console.print(f"{infeasible} drawn configurations could not be calibrated at their ε "
+                      "(counted against their method's budget; see tuning.md)")  # fmt: skip
+    for line in failures:
+        err_console.print(f"failed {line}")
+    if failures:
+        raise typer.Exit(1)
+
+
+@figure_app.command("privacy-cost")
+def figure_privacy_cost(
+    tune_outs: Annotated[list[Path], typer.Argument(help="`fairbench tune --out` directories")],
+    out: Annotated[Path, typer.Option(help="folder for the CSVs, figures and notes")] = Path(
+        "results/figures/fig-privacy-cost"
+    ),
+) -> None:
+    """Test error of the configuration tuned at each violation target, against epsilon: per
+    dataset a CSV, a figure per model (PNG, PDF) and a markdown note (does privacy bite?)."""
+    from fairbench.report.privacy_cost import build
+
+    written = build(tune_outs, out)
+    for path in written:
+        if path.suffix in (".csv", ".md", ".png"):
+            console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
