@@ -9,6 +9,7 @@ has one job; these functions take only the rows and tables it computed."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -84,6 +85,53 @@ def _verdict_text(item: dict[str, Any]) -> str:
     return "**yes**" if item["bites"] else "no"
 
 
+def _bites_table(
+    rows: pd.DataFrame, items: list[dict[str, Any]], model: str, name: Callable[[str], str]
+) -> list[str]:
+    """The verdict table of one model: both ends' errors, the gap and the summed margins."""
+    low, high = items[0]["low"], items[0]["high"]
+    lines = [
+        f"| τ | method | error at ε = {low:g} | error at ε = {high:g} | difference | "
+        "CI half-widths summed | privacy bites? |",
+        "|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for item in sorted(items, key=lambda i: (-i["tau"], i["method"])):
+        at = rows[
+            (rows["model"] == model)
+            & (rows["tau"] == item["tau"])
+            & (rows["method"] == item["method"])
+        ].set_index("epsilon")
+        cells = [
+            f"{at.loc[e, 'test_error_mean']:.4f}" if e in at.index else "—" for e in (low, high)
+        ]
+        diff = "" if math.isnan(item["difference"]) else f"{item['difference']:+.4f}"
+        margin = "" if math.isnan(item["margin"]) else f"{item['margin']:.4f}"
+        lines.append(
+            f"| {item['tau']:g} | {name(item['method'])} | {cells[0]} | {cells[1]} | "
+            f"{diff} | {margin} | {_verdict_text(item)} |"
+        )
+    return lines
+
+
+def _plain_words(items: list[dict[str, Any]], model: str, name: Callable[[str], str]) -> list[str]:
+    """One sentence per tau naming the methods where privacy bites, does not, or cannot say."""
+    lines = []
+    for tau in sorted({i["tau"] for i in items}, reverse=True):
+        mine = [i for i in items if i["tau"] == tau]
+        yes = [name(i["method"]) for i in mine if i["bites"]]
+        no = [name(i["method"]) for i in mine if i["bites"] is False]
+        unsure = [name(i["method"]) for i in mine if i["bites"] is None]
+        lines += [
+            "",
+            f"In plain words ({model}, τ = {tau:g}): privacy bites for "
+            f"{', '.join(yes) or 'no method'}; it does not for "
+            f"{', '.join(no) or 'no method'}"
+            + (f"; cannot say for {', '.join(unsure)}" if unsure else "")
+            + ".",
+        ]
+    return lines
+
+
 def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -> list[str]:
     lines = [
         "## Does privacy bite?",
@@ -112,42 +160,9 @@ def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -
             continue
         items = privacy_bites(rows[rows["model"] == model], low, high)
         verdicts += items
-        lines += [
-            "",
-            f"### {model}: ε = {low:g} vs ε = {high:g}",
-            "",
-            f"| τ | method | error at ε = {low:g} | error at ε = {high:g} | difference | "
-            "CI half-widths summed | privacy bites? |",
-            "|---:|---|---:|---:|---:|---:|---|",
-        ]
-        for item in sorted(items, key=lambda i: (-i["tau"], i["method"])):
-            at = rows[
-                (rows["model"] == model)
-                & (rows["tau"] == item["tau"])
-                & (rows["method"] == item["method"])
-            ].set_index("epsilon")
-            cells = [
-                f"{at.loc[e, 'test_error_mean']:.4f}" if e in at.index else "—" for e in (low, high)
-            ]
-            diff = "" if math.isnan(item["difference"]) else f"{item['difference']:+.4f}"
-            margin = "" if math.isnan(item["margin"]) else f"{item['margin']:.4f}"
-            lines.append(
-                f"| {item['tau']:g} | {name(item['method'])} | {cells[0]} | {cells[1]} | "
-                f"{diff} | {margin} | {_verdict_text(item)} |"
-            )
-        for tau in sorted({i["tau"] for i in items}, reverse=True):
-            mine = [i for i in items if i["tau"] == tau]
-            yes = [name(i["method"]) for i in mine if i["bites"]]
-            no = [name(i["method"]) for i in mine if i["bites"] is False]
-            unsure = [name(i["method"]) for i in mine if i["bites"] is None]
-            lines += [
-                "",
-                f"In plain words ({model}, τ = {tau:g}): privacy bites for "
-                f"{', '.join(yes) or 'no method'}; it does not for "
-                f"{', '.join(no) or 'no method'}"
-                + (f"; cannot say for {', '.join(unsure)}" if unsure else "")
-                + ".",
-            ]
+        lines += ["", f"### {model}: ε = {low:g} vs ε = {high:g}", ""]
+        lines += _bites_table(rows, items, model, name) if items else []
+        lines += _plain_words(items, model, name)
     decided = [i for i in verdicts if i["bites"] is not None]
     if decided and not any(i["bites"] for i in decided):
         lines += [
@@ -191,22 +206,11 @@ def _spread_section(spread: pd.DataFrame, file: str) -> list[str]:
     return lines
 
 
-def dataset_markdown(
-    key: str,
-    meta: list[dict[str, Any]],
-    rows: pd.DataFrame,
-    missing: pd.DataFrame,
-    spread: pd.DataFrame,
-    figures: list[str],
-) -> str:
-    """The caption and notes beside one dataset's figures."""
-    first = meta[0]
-    lines = [f"# fig-privacy-cost: {first['title']} · {first['constraint']}", ""]
-    lines += [f"![{name}]({name})" for name in figures if name.endswith(".png")]
-    lines += [
-        "",
+def _caption(delta: float) -> list[str]:
+    """What the axes, bands, markers and lines mean, and that tuning is not charged."""
+    return [
         "**Caption.** x: ε (log scale; δ = "
-        f"{first['delta']:g}). y: test error of the configuration selected on the "
+        f"{delta:g}). y: test error of the configuration selected on the "
         "validation split at violation ≤ τ (the lowest mean validation error among a "
         "method's random configurations whose mean validation violation is within τ), "
         "re-run on fresh seeds and evaluated once on test: mean and 95% t-interval "
@@ -223,8 +227,48 @@ def dataset_markdown(
         "model's training only; the search fits that chose it are not accounted (as in "
         "the papers). The spread across configurations below shows how much the choice "
         "mattered.",
-        "",
     ]
+
+
+def _unreached_section(missing: pd.DataFrame) -> list[str]:
+    """Each (model, tau, method) with no point, and how many draws were infeasible there."""
+    lines = ["## Cannot reach τ", ""]
+    if missing.empty:
+        return [*lines, "Every method reached every τ at every ε on validation."]
+    lines += ["No configuration within τ on validation, so no row and no point:", ""]
+    for (model, tau, method), grp in missing.groupby(["model", "tau", "method"], sort=True):
+        eps = ", ".join(_fmt_eps(e) for e in sorted(grp["epsilon"]))
+        where = "(non-private)" if eps == "non-private" else f"at ε = {eps}"
+        bad = int(grp["infeasible"].sum())
+        note = f" ({bad} draws could not be calibrated at these ε)" if bad else ""
+        lines.append(f"- {model}, τ = {tau:g}: {method} {where}{note}")
+    return lines
+
+
+def _steps_section(rows: pd.DataFrame) -> list[str]:
+    imbalance = step_imbalance(rows)
+    if not imbalance:
+        imbalance = [
+            "The selected private configurations ran step counts within 10× of each other "
+            "at every ε and τ (`steps_mean`)."
+        ]
+        return ["## Step counts", "", *imbalance]
+    return ["## Step counts", "", *[f"- {line}" for line in imbalance]]
+
+
+def dataset_markdown(
+    key: str,
+    meta: list[dict[str, Any]],
+    rows: pd.DataFrame,
+    missing: pd.DataFrame,
+    spread: pd.DataFrame,
+    figures: list[str],
+) -> str:
+    """The caption and notes beside one dataset's figures."""
+    first = meta[0]
+    lines = [f"# fig-privacy-cost: {first['title']} · {first['constraint']}", ""]
+    lines += [f"![{name}]({name})" for name in figures if name.endswith(".png")]
+    lines += ["", *_caption(first["delta"]), ""]
     for m in meta:
         lines.append(
             f"- {m['model']}: {m['budget']} configurations per method and ε, each on "
@@ -235,28 +279,8 @@ def dataset_markdown(
     lines += ["", f"Table: `{key}.csv` (one row per model, τ, method and ε)."]
     ends = {model: (m["low"], m["high"]) for model, m in by_model(meta).items()}
     lines += ["", *_bites_section(rows, ends)]
-    lines += ["", "## Cannot reach τ", ""]
-    if missing.empty:
-        lines.append("Every method reached every τ at every ε on validation.")
-    else:
-        lines.append("No configuration within τ on validation, so no row and no point:")
-        lines.append("")
-        for (model, tau, method), grp in missing.groupby(["model", "tau", "method"], sort=True):
-            eps = ", ".join(_fmt_eps(e) for e in sorted(grp["epsilon"]))
-            where = "(non-private)" if eps == "non-private" else f"at ε = {eps}"
-            bad = int(grp["infeasible"].sum())
-            note = f" ({bad} draws could not be calibrated at these ε)" if bad else ""
-            lines.append(f"- {model}, τ = {tau:g}: {method} {where}{note}")
-    imbalance = step_imbalance(rows)
-    lines += ["", "## Step counts", ""]
-    lines += (
-        [f"- {line}" for line in imbalance]
-        if imbalance
-        else [
-            "The selected private configurations ran step counts within 10× of each other "
-            "at every ε and τ (`steps_mean`)."
-        ]
-    )
+    lines += ["", *_unreached_section(missing)]
+    lines += ["", *_steps_section(rows)]
     lines += ["", *_spread_section(spread, f"{key}-search-spread.csv")]
     return "\n".join(lines) + "\n"
 

@@ -48,18 +48,9 @@ def _reference(
     return row, "" if row["model"] == model else f", {row['model']}"
 
 
-def _panel(
-    ax,
-    rows: pd.DataFrame,
-    model: str,
-    tau: float,
-    plugins: dict[str, str],
-    eps: list[float],
-    unreached: str,
-) -> None:
-    here = rows[(rows["model"] == model) & (rows["tau"] == tau)]
-    private = here[here["epsilon"].map(math.isfinite)]
-    edge = max(eps) * 3  # where the non-private twins sit, in every panel alike
+def _private_lines(ax, private: pd.DataFrame, plugins: dict[str, str]) -> None:
+    """One line per private method with its CI band; hollow markers where most fresh seeds
+    miss tau; dashed for an accuracy reference selected on validation error alone."""
     methods = sorted(private["method"].unique())
     for i, (method, line) in enumerate(private.groupby("method", sort=True)):
         line = line.sort_values("epsilon")
@@ -94,6 +85,10 @@ def _panel(
             color=look.color,
             zorder=3,  # above errorbar's own markers
         )
+
+
+def _twins(ax, here: pd.DataFrame, plugins: dict[str, str], edge: float) -> None:
+    """The private methods' non-private twins as points at the "non-private" tick."""
     twins = here[here["epsilon"].map(math.isinf) & ~here["method"].isin([ERM, FAIR_REFERENCE])]
     for i, row in enumerate(twins.sort_values("method").itertuples(index=False)):
         look = style(plugins.get(row.method, row.method))
@@ -109,6 +104,10 @@ def _panel(
             markerfacecolor="white" if row.satisfied_fraction < HOLLOW_BELOW else look.color,
             label=f"{row.method} (non-private)",
         )
+
+
+def _references(ax, rows: pd.DataFrame, model: str, tau: float) -> None:
+    """ERM and the non-private fair reference as horizontal lines with their CI bands."""
     for method, text, dash in (
         (ERM, "ERM (non-private, unconstrained", "-"),
         (FAIR_REFERENCE, "fairlearn-eg (non-private fair ref.", "--"),
@@ -126,12 +125,16 @@ def _panel(
         )
         if not math.isnan(row["ci_low"]):
             ax.axhspan(row["ci_low"], row["ci_high"], color=color, alpha=0.07, linewidth=0)
+
+
+def _axes(ax, eps: list[float], edge: float, tau: float, empty: bool, unreached: str) -> None:
+    """Log epsilon axis with the non-private tick, title, and what has no point."""
     ax.set_xscale("log")
     ax.set_xticks([*eps, edge])
     ax.set_xticklabels([f"{e:g}" for e in eps] + ["non-\nprivate"])
     ax.set_xlim(min(eps) / 1.6, edge * 1.6)
     ax.minorticks_off()
-    if here.empty:
+    if empty:
         ax.text(0.5, 0.5, "no method reaches τ", transform=ax.transAxes, ha="center")
     if unreached:
         ax.text(
@@ -146,6 +149,23 @@ def _panel(
     ax.set_title(f"τ = {tau:g} (held-out violation target)", fontsize=10)
     ax.set_xlabel("ε (log scale)")
     ax.grid(alpha=0.3)
+
+
+def _panel(
+    ax,
+    rows: pd.DataFrame,
+    model: str,
+    tau: float,
+    plugins: dict[str, str],
+    eps: list[float],
+    unreached: str,
+) -> None:
+    here = rows[(rows["model"] == model) & (rows["tau"] == tau)]
+    edge = max(eps) * 3  # where the non-private twins sit, in every panel alike
+    _private_lines(ax, here[here["epsilon"].map(math.isfinite)], plugins)
+    _twins(ax, here, plugins, edge)
+    _references(ax, rows, model, tau)
+    _axes(ax, eps, edge, tau, here.empty, unreached)
 
 
 def privacy_cost_figure(
