@@ -339,8 +339,11 @@ def test_a_run_killed_with_sigkill_resumes_to_exactly_the_uninterrupted_trials(t
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        if (killed / "results.sqlite").is_file() and 2 <= len(read_results(killed)) < 9:
-            break
+        try:  # the file can exist a moment before its table does
+            if (killed / "results.sqlite").is_file() and 2 <= len(read_results(killed)) < 9:
+                break
+        except sqlite3.OperationalError:
+            continue
     assert proc.poll() is None, "the run finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)  # the whole session: parent and worker processes
     proc.wait()

@@ -162,6 +162,32 @@ def one_hot(frame: pd.DataFrame, vocabularies: Mapping[str, Sequence[str]]) -> p
     return pd.DataFrame(columns, index=frame.index)
 
 
+def _check_groups(
+    name: str, s: np.ndarray, group_names: Sequence[str], parts: Mapping[str, np.ndarray]
+) -> None:
+    """Every group must have rows in every part: a rate of an empty group is undefined."""
+    for part, idx in parts.items():
+        present = np.bincount(s[idx], minlength=len(group_names))
+        if (present == 0).any():
+            empty = group_names[int(np.argmax(present == 0))]
+            raise DataError(
+                f"{name}: group {empty!r} has no rows in the {part} split; choose another "
+                "sensitive attribute or merge small groups (see the dataset card's options)"
+            )
+
+
+def _features(numeric: pd.DataFrame, categorical: pd.DataFrame, train: np.ndarray) -> np.ndarray:
+    """Numeric columns standardised with the training rows' statistics (a zero spread is left
+    unscaled), then the one-hot columns, as float32."""
+    num = numeric.to_numpy(dtype=np.float64)
+    mean = num[train].mean(axis=0)
+    std = num[train].std(axis=0)
+    std[std == 0] = 1.0
+    return np.hstack([(num - mean) / std, categorical.to_numpy(dtype=np.float64)]).astype(
+        np.float32
+    )
+
+
 def build_task(
     *,
     name: str,
@@ -198,30 +224,17 @@ def build_task(
         y = np.asarray(y, dtype=np.float64)
         strata = s
     train, val, test = split if split is not None else stratified_split(strata, seed)
-    n_train = preprocessing.get("n_train")
-    if n_train is not None:
+    if preprocessing.get("n_train") is not None:
         preprocessing = {
             **preprocessing,
-            "n_train": n_train,
             "train_rows_before_subsample": len(train),
             "subsample": f"stratified on {'label x group' if label_names else 'group'}, "
             "proportional with >= 1 row per stratum, seeded by the split seed on its own "
             "stream; validation and test untouched",
         }
-        train = subsample_train(train, strata, n_train, seed, name)
-    for part, idx in (("train", train), ("validation", val), ("test", test)):
-        present = np.bincount(s[idx], minlength=len(group_names))
-        if (present == 0).any():
-            empty = group_names[int(np.argmax(present == 0))]
-            raise DataError(
-                f"{name}: group {empty!r} has no rows in the {part} split; choose another "
-                "sensitive attribute or merge small groups (see the dataset card's options)"
-            )
-    num = numeric.to_numpy(dtype=np.float64)
-    mean = num[train].mean(axis=0)
-    std = num[train].std(axis=0)
-    std[std == 0] = 1.0
-    X = np.hstack([(num - mean) / std, categorical.to_numpy(dtype=np.float64)]).astype(np.float32)
+        train = subsample_train(train, strata, preprocessing["n_train"], seed, name)
+    _check_groups(name, s, group_names, {"train": train, "validation": val, "test": test})
+    X = _features(numeric, categorical, train)
     feature_names = (*numeric.columns, *categorical.columns)
 
     def part(idx: np.ndarray) -> Split:

@@ -153,66 +153,93 @@ def expand(config: ExperimentConfig, warn=print, check_data: bool = True) -> lis
     valid hyperparameters; knobs only where a method has one; private methods given valid
     (epsilon, delta) targets; a known constraint.
     """
-    if isinstance(config.constraint, CustomConstraintSet):
-        constraint, definition = config.constraint.name, config.constraint.model_dump()
-    elif config.constraint in VIOLATIONS:
-        constraint, definition = config.constraint, None
-    else:
-        raise ConfigError(
-            f"unknown constraint {config.constraint!r}; known: {', '.join(VIOLATIONS)}, or "
-            "declare a rate-constraint set (name, partition, constraints)"
-        )
+    constraint, definition = _constraint(config)
     for eps in config.epsilons or [1.0]:  # delta is checked even without private methods
         PrivacyBudget(eps, config.delta)  # raises a ConfigError naming the bad value
     resolve_device(config.device)  # cuda without a GPU is refused now, not in every trial
     if not config.seed_list:
         raise ConfigError("seeds: give a positive count or a non-empty list of seeds")
-
     labels = [entry.label or entry.name for entry in config.methods]
     if len(set(labels)) != len(labels):
         raise ConfigError("two method entries share a label; give each variant its own `label`")
     datasets = [_resolve_dataset(entry, warn, check_data) for entry in config.datasets]
-    for dataset, options in datasets:  # an n_train above the training rows fails now
-        if options.get("n_train") is not None and check_data and definition is None:
-            get_dataset(dataset, **options).load(seed=config.seed_list[0])
-    if definition is not None and check_data:  # a declared set against each dataset's shape
-        for dataset, options in datasets:
-            task = get_dataset(dataset, **options).load(seed=config.seed_list[0])
-            constraints.build(constraint, definition, task.n_classes, task.n_groups, 0.0)
-    specs = []
-    for (dataset, options), entry in itertools.product(datasets, config.methods):
-        cls = method_class(entry.name)
-        if cls.private and not config.epsilons:
-            raise ConfigError(f"method {entry.name} is private: list target epsilons in the config")
-        if entry.knobs is not None and cls.knob is None:
-            raise ConfigError(f"method {entry.name} has no fairness knob; remove its knobs")
-        sweep_keys = list(entry.sweep)
-        for values in itertools.product(*entry.sweep.values()):
-            raw = {**entry.hparams, **dict(zip(sweep_keys, values, strict=True))}
-            hparams = get_method(entry.name, **raw).hparams.model_dump()
-            for knob, eps, seed in itertools.product(
-                entry.knobs or [None],
-                config.epsilons if cls.private else [None],
-                config.seed_list,
-            ):
-                specs.append(
-                    TrialSpec(
-                        dataset=dataset,
-                        dataset_options=options,
-                        method=entry.name,
-                        label=entry.label or entry.name,
-                        hparams=hparams,
-                        constraint=constraint,
-                        constraint_definition=definition,
-                        knob=knob,
-                        epsilon=eps,
-                        delta=config.delta,
-                        seed=seed,
-                        device=config.device,
-                    )
-                )
+    if check_data:
+        _check_shapes(config, datasets, constraint, definition)
+    specs = [
+        spec
+        for (dataset, options), entry in itertools.product(datasets, config.methods)
+        for spec in _method_trials(config, entry, dataset, options, constraint, definition)
+    ]
     # a fallback dataset may coincide with a listed one: each trial runs once
     return list({spec.trial_id: spec for spec in specs}.values())
+
+
+def _constraint(config: ExperimentConfig) -> tuple[str, dict[str, Any] | None]:
+    """(name, declared definition or None) of the config's constraint; unknown names refused."""
+    if isinstance(config.constraint, CustomConstraintSet):
+        return config.constraint.name, config.constraint.model_dump()
+    if config.constraint in VIOLATIONS:
+        return config.constraint, None
+    raise ConfigError(
+        f"unknown constraint {config.constraint!r}; known: {', '.join(VIOLATIONS)}, or "
+        "declare a rate-constraint set (name, partition, constraints)"
+    )
+
+
+def _check_shapes(
+    config: ExperimentConfig,
+    datasets: list[tuple[str, dict[str, Any]]],
+    constraint: str,
+    definition: dict[str, Any] | None,
+) -> None:
+    """Load each dataset once where its options or a declared constraint could fail on it:
+    an n_train above the training rows, a declared set against the task's shape."""
+    for dataset, options in datasets:
+        if options.get("n_train") is None and definition is None:
+            continue
+        task = get_dataset(dataset, **options).load(seed=config.seed_list[0])
+        if definition is not None:
+            constraints.build(constraint, definition, task.n_classes, task.n_groups, 0.0)
+
+
+def _method_trials(
+    config: ExperimentConfig,
+    entry: MethodEntry,
+    dataset: str,
+    options: dict[str, Any],
+    constraint: str,
+    definition: dict[str, Any] | None,
+) -> list[TrialSpec]:
+    """One method entry's trials on one dataset: every sweep point x knob x epsilon x seed."""
+    cls = method_class(entry.name)
+    if cls.private and not config.epsilons:
+        raise ConfigError(f"method {entry.name} is private: list target epsilons in the config")
+    if entry.knobs is not None and cls.knob is None:
+        raise ConfigError(f"method {entry.name} has no fairness knob; remove its knobs")
+    specs = []
+    for values in itertools.product(*entry.sweep.values()):
+        raw = {**entry.hparams, **dict(zip(entry.sweep, values, strict=True))}
+        hparams = get_method(entry.name, **raw).hparams.model_dump()
+        for knob, eps, seed in itertools.product(
+            entry.knobs or [None], config.epsilons if cls.private else [None], config.seed_list
+        ):
+            specs.append(
+                TrialSpec(
+                    dataset=dataset,
+                    dataset_options=options,
+                    method=entry.name,
+                    label=entry.label or entry.name,
+                    hparams=hparams,
+                    constraint=constraint,
+                    constraint_definition=definition,
+                    knob=knob,
+                    epsilon=eps,
+                    delta=config.delta,
+                    seed=seed,
+                    device=config.device,
+                )
+            )
+    return specs
 
 
 def _resolve_dataset(entry: DatasetEntry, warn, check_data: bool) -> tuple[str, dict[str, Any]]:
