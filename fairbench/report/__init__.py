@@ -15,7 +15,7 @@ from fairbench.report.constraints import (
 )
 from fairbench.report.groups import group_markdown, group_table, smallest_group_figure
 from fairbench.report.paired import paired_markdown, paired_table
-from fairbench.report.plots import satisfaction_figures, trade_off_figures
+from fairbench.report.plots import UNTUNED, satisfaction_figures, trade_off_figures
 from fairbench.report.references import compare, references_markdown
 from fairbench.report.tables import pareto_markdown, write_trials_csv
 from fairbench.rundir import saved_config
@@ -37,7 +37,7 @@ def hyperparameter_provenance(config: dict) -> str:
     """How the run's hyper-parameters were chosen, for every title: a figure of hand-set
     defaults must not pass for a tuned comparison (issue 16)."""
     tuned_by = config.get("tuned_by")
-    return f"tuned by {tuned_by}" if tuned_by else "defaults, untuned"
+    return f"tuned by {tuned_by}" if tuned_by else UNTUNED
 
 
 def write_report(run_dir: Path) -> Report:

@@ -19,6 +19,9 @@ import pandas as pd
 from fairbench.report.aggregate import dominated
 from fairbench.report.palette import LINESTYLES, style
 
+# how a run chose its hyper-parameters when `fairbench tune` did not (every title says it)
+UNTUNED = "defaults, untuned"
+
 
 def _linestyles(points: pd.DataFrame) -> dict[str, str]:
     """Several entries (labels) of one method in a figure share its colour, not its line."""
@@ -114,7 +117,7 @@ def trade_off_figures(
     points: pd.DataFrame,
     out_dir: Path,
     references: list[dict] | None = None,
-    hyper: str = "defaults, untuned",
+    hyper: str = UNTUNED,
 ) -> list[Path]:
     """Write one PNG (and PDF) per (dataset, constraint, privacy notion); returns PNG paths.
     Published reference curves are drawn in the panels they match; `hyper` says in the title
@@ -153,9 +156,7 @@ def trade_off_figures(
     return written
 
 
-def satisfaction_figures(
-    points: pd.DataFrame, out_dir: Path, hyper: str = "defaults, untuned"
-) -> list[Path]:
+def satisfaction_figures(points: pd.DataFrame, out_dir: Path, hyper: str = UNTUNED) -> list[Path]:
     """For methods whose knob is the allowed disparity gamma: held-out violation against the
     gamma asked for, one panel per epsilon (RaCO-DP Fig. 3 read as a calibration plot);
     points under the diagonal kept their promise."""

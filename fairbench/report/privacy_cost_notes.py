@@ -140,8 +140,8 @@ def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -
         "error at the largest ε by more than the sum of the two 95% CI half-widths. "
         '"Cannot say": the method reaches τ at only one of the two (or has one seed).',
     ]
-    rule = rows.get("selection_rule", pd.Series(WITHIN_TAU, index=rows.index))
-    free = set(rows.loc[(rule == ERROR_ONLY) & rows["epsilon"].map(math.isfinite), "method"])
+    chosen_on_error = rows["selection_rule"] == ERROR_ONLY
+    free = set(rows.loc[chosen_on_error & rows["epsilon"].map(math.isfinite), "method"])
     if free:
         lines += [
             "",

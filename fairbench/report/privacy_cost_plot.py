@@ -56,7 +56,7 @@ def _private_lines(ax, private: pd.DataFrame, plugins: dict[str, str]) -> None:
         line = line.sort_values("epsilon")
         x = line["epsilon"] * _dodge(i, len(methods))  # overlapping intervals stay readable
         look = style(plugins.get(method, method))
-        free = "selection_rule" in line and bool((line["selection_rule"] == ERROR_ONLY).all())
+        free = bool((line["selection_rule"] == ERROR_ONLY).all())
         ax.fill_between(
             x, line["ci_low"], line["ci_high"], color=look.color, alpha=0.12, linewidth=0
         )
