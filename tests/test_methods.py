@@ -109,7 +109,7 @@ def test_real_adult_accuracy_of_the_baselines():
 
 
 def test_poisson_batches_include_every_record_independently_at_rate_q():
-    from fairbench.methods._training import poisson_batches
+    from fairbench.privacy.sampling import poisson_batches
 
     n, q, draws = 400, 0.05, 4000
     gen = torch.Generator().manual_seed(0)

@@ -15,9 +15,10 @@ from torch import nn
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import cgoo, dp_fermi, dp_sgd, get_method, method_class, raco_dp
-from fairbench.methods._training import init_model
+from fairbench.methods.engine import init_model
 from fairbench.models import MLP, build_model
 from fairbench.privacy import PrivacyLedger, epsilon
+from fairbench.privacy import session as session_module
 from fairbench.privacy.events import sgd_steps
 from fairbench.runner import trial
 from fairbench.runner.trial import TrialSpec, run_trial
@@ -27,8 +28,8 @@ TARGET = 2.0
 WIDTH = 24  # not the default, so the configured width is what gets built
 OPTIONS = get_dataset("synthetic").options.model_dump()
 
-# (method, hyperparameters besides the model, knob, module whose `poisson_batches` it draws
-# from), small enough to train in seconds on the synthetic task
+# (method, hyperparameters besides the model, knob, its module), small enough to train in
+# seconds on the synthetic task
 METHODS = {
     "dp-sgd": ({"epochs": 4}, None, dp_sgd),
     "sgda": ({"epochs": 8}, 0.05, raco_dp),
@@ -87,19 +88,18 @@ def spy(monkeypatch):
         return method
 
     monkeypatch.setattr(trial, "get_method", get_method_keeping_fits)
-    for module in {module for _, _, module in METHODS.values()}:  # sgda shares raco-dp's
-        real_batches = module.poisson_batches
+    real_batches = session_module.poisson_batches  # every method's batches come from here
 
-        def counted(*args, _real=real_batches, **kwargs):
-            next_batch = _real(*args, **kwargs)
+    def counted(*args, **kwargs):
+        next_batch = real_batches(*args, **kwargs)
 
-            def draw():
-                seen["batches"] += 1
-                return next_batch()
+        def draw():
+            seen["batches"] += 1
+            return next_batch()
 
-            return draw
+        return draw
 
-        monkeypatch.setattr(module, "poisson_batches", counted)
+    monkeypatch.setattr(session_module, "poisson_batches", counted)
     return seen
 
 

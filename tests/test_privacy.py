@@ -19,7 +19,7 @@ from fairbench.privacy import (
     calibrate_steps,
     epsilon,
 )
-from fairbench.privacy.clipping import clip_and_sum
+from fairbench.privacy.contributions import Rows, clipped_sum
 from fairbench.privacy.events import from_dict, sgd_steps, to_dict
 from fairbench.privacy.noise import add_gaussian_noise, add_laplace_noise
 from fairbench.privacy.pld import _gauss_laplace_curves, gaussian_delta
@@ -188,10 +188,10 @@ def test_ledger_round_trips_through_json_with_the_same_epsilon():
     assert from_dict(to_dict(event)) == event
 
 
-def test_clip_and_sum_bounds_every_contribution():
+def test_clipped_sum_bounds_every_contribution():
     torch.manual_seed(0)
     grads = [torch.randn(64, 3, 5) * torch.logspace(-2, 2, 64)[:, None, None], torch.randn(64, 3)]
-    total = clip_and_sum(grads, max_norm=1.5)
+    total = clipped_sum(Rows(grads), max_norm=1.5)
     flat = torch.cat([g.reshape(64, -1) for g in grads], dim=1)
     factors = torch.clamp(1.5 / flat.norm(dim=1), max=1.0)
     assert torch.all((flat * factors[:, None]).norm(dim=1) <= 1.5 + 1e-5)

@@ -12,10 +12,10 @@ from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import FairnessSpec, get_method
 from fairbench.models import LogisticRegression
-from fairbench.models.grad_sample import ClippedGradients
 from fairbench.privacy import PrivacyBudget, epsilon
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.noise import add_laplace_noise
+from tests.clipping import ClippedGradients
 from tests.conftest import needs_adult
 
 

@@ -2,8 +2,11 @@
 
 A method is configured with explicit, validated hyperparameters (scikit-learn style) and
 `fit` receives the task, the privacy budget (None for a non-private method), the fairness
-spec, a seed and a device. It returns a `Fitted` predictor that carries its privacy ledger:
-the epsilon a trial reports is computed from that ledger by the suite's accountant.
+spec, a seed and a device. A plugin implements `train`, which receives a privacy session
+(`fairbench.privacy.session`): its only source of noise and Poisson batches. The session
+records every release as it is drawn; that record is the trial's ledger, and the epsilon a
+trial reports is computed from it by the suite's accountant. `fit` checks it against the
+plan the method submitted.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch import nn
 from fairbench.errors import ConfigError
 from fairbench.models import ModelKind
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
+from fairbench.privacy.session import PrivacySession, check_plan
 from fairbench.task import Task
 
 Device = Literal["cpu", "cuda", "auto"]
@@ -81,8 +85,8 @@ class Fitted:
 
     model: nn.Module
     device: torch.device
-    ledger: PrivacyLedger
-    privacy_notion: str = "full"
+    ledger: PrivacyLedger = field(default_factory=PrivacyLedger)  # set by `fit` from the session
+    privacy_notion: str | None = None  # None: the session's notion; a method may qualify it
     info: dict[str, Any] = field(default_factory=dict)  # steps, noise multiplier, ...
     # which analysis the noise was calibrated by: `suite` (the ledger's epsilon meets the
     # target) or a paper's own, explicitly opted into (the ledger then reports the truth)
@@ -90,6 +94,7 @@ class Fitted:
     components: list[nn.Module] = field(default_factory=list)
     weights: list[float] | None = None  # per-component probabilities; None: uniform
     budget: Budget | None = None
+    plan: PrivacyLedger | None = None  # what the method declared before drawing noise
 
     def __post_init__(self) -> None:
         if self.weights is not None:
@@ -148,7 +153,7 @@ class Fitted:
 
 
 class Method(ABC):
-    """A method plugin. Subclasses set the class attributes and implement `fit` and `stepper`."""
+    """A method plugin. Subclasses set the class attributes and implement `train` and `stepper`."""
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -167,7 +172,6 @@ class Method(ABC):
                 f"(valid: {', '.join(self.Hparams.model_fields)})"
             ) from None
 
-    @abstractmethod
     def fit(
         self,
         task: Task,
@@ -175,8 +179,27 @@ class Method(ABC):
         fairness: FairnessSpec,
         seed: int,
         device: Device = "cpu",
+        session: PrivacySession | None = None,
     ) -> Fitted:
-        """Train on `task.train` only; validation and test are the runner's business."""
+        """Train on `task.train` only (validation and test are the runner's business). The
+        returned ledger is what `session` recorded, checked against the method's plan."""
+        if self.private and privacy is None:
+            raise ConfigError(f"method {self.name} is private: give it a target epsilon")
+        if session is None:
+            session = PrivacySession(seed, resolve_device(device), privacy if self.private
+                                     else None)  # fmt: skip
+        fitted = self.train(task, fairness, session)
+        fitted.ledger, fitted.plan = session.ledger(), session.plan
+        check_plan(self.name, fitted.plan, fitted.ledger)
+        if fitted.privacy_notion is None:
+            fitted.privacy_notion = session.notion.value
+        return fitted
+
+    @abstractmethod
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+        """Submit the plan to `session`, then train, drawing every noisy release and Poisson
+        batch from it. `session.budget` is the target (None for a non-private method),
+        `session.seed` and `session.device` the trial's."""
 
     @abstractmethod
     def stepper(

@@ -57,13 +57,6 @@ from pydantic import Field
 
 from fairbench.constraints import group_objectives as go
 from fairbench.errors import ConfigError
-from fairbench.methods._training import (
-    generator,
-    init_model,
-    poisson_batches,
-    schedule_budget,
-    train_tensors,
-)
 from fairbench.methods.base import (
     Device,
     FairnessSpec,
@@ -72,11 +65,12 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
-from fairbench.models.grad_sample import ClippedGradients
+from fairbench.methods.engine import Schedule, init_model, train_tensors
+from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.noise import add_gaussian_noise
+from fairbench.privacy.session import PrivacySession
 from fairbench.task import Task
 
 OBJECTIVES: dict[str, go.Objective] = {
@@ -85,6 +79,8 @@ OBJECTIVES: dict[str, go.Objective] = {
     "negative_gmean": go.negative_gmean,
 }
 CONSTRAINTS = ("demographic_parity", "equalized_odds", "bounded_group_loss")
+COUNTS = "cgoo: Gaussian confusion counts, once per iteration"
+ORACLE = "cgoo: oracle DP-SGD steps (clipped weighted-loss gradient sums)"
 
 
 class CGOOHparams(TrainingHparams):
@@ -133,14 +129,14 @@ class CGOO(Method):
     Hparams = CGOOHparams
     hparams: CGOOHparams
 
-    def schedule(self, n: int, privacy: PrivacyBudget | None) -> tuple[float, int, float, float]:
-        """(sampling rate, oracle steps per call, gradient noise multiplier, count noise std);
-        zeros mean no noise."""
+    def schedule(self, n: int, privacy: PrivacyBudget | None) -> tuple[Schedule, float]:
+        """The oracle's schedule (steps per call) and the count noise std; zeros mean no
+        noise."""
         hp = self.hparams
         q = min(1.0, hp.batch_size / n)
         steps = max(1, round(hp.epochs / q))
         if not self.private:
-            return q, steps, 0.0, 0.0
+            return Schedule(q, steps), 0.0
         single = calibrate_noise_multiplier(1.0, 1, hp.count_share * privacy.epsilon,
                                             privacy.delta)  # fmt: skip
         count_std = single * math.sqrt(hp.iterations)  # T releases compose to `single`
@@ -148,37 +144,43 @@ class CGOO(Method):
         total = steps * hp.iterations
         sigma = calibrate_noise_multiplier(q, total, privacy.epsilon, privacy.delta, None,
                                            StepShape(extra=counts))  # fmt: skip
-        return q, steps, sigma, count_std
+        return Schedule(q, steps, sigma, "noise_multiplier"), count_std
 
-    def _setup(self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device):
-        """Model, data and noise for one trial: `statistics()` releases the current
+    def plan(self, schedule: Schedule, count_std: float) -> PrivacyLedger:
+        """T count releases and T * steps oracle steps."""
+        plan, hp = PrivacyLedger(), self.hparams
+        if self.private:
+            plan.record(ORACLE, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
+                                          schedule.steps * hp.iterations))  # fmt: skip
+            plan.record(COUNTS, dp_event.SelfComposedDpEvent(
+                dp_event.GaussianDpEvent(count_std), hp.iterations))  # fmt: skip
+        return plan
+
+    def _setup(self, task: Task, session: PrivacySession):
+        """Model, noise and data for one trial: `statistics()` releases the current
         classifier's l(c, D); `relabel(costs)` turns costs into (targets, weights);
-        `step(z, w)` is one DP-SGD step of the oracle."""
-        if self.private and privacy is None:
-            raise ConfigError(f"method {self.name} is private: give it a target epsilon")
+        `step(z, w)` is one DP-SGD step of the oracle. The plan is submitted here."""
         if task.n_classes != 2:
             raise ConfigError(f"method {self.name} handles binary classification tasks only")
-        hp = self.hparams
-        dev = resolve_device(device)
-        model = init_model(hp, task, seed, dev)
+        hp, dev = self.hparams, session.device
+        model = init_model(hp, task, session.seed, dev)
         x, y = train_tensors(task, dev)
         s = torch.as_tensor(task.train.s, dtype=torch.int64, device=dev)
         n, k = len(y), task.n_groups
-        q, steps, sigma, count_std = self.schedule(n, privacy)
-        gen = generator(seed, dev)
-        next_batch = poisson_batches(n, q, gen, dev)
-        clipped = ClippedGradients(model)
+        schedule, count_std = self.schedule(n, session.budget)
+        session.submit_plan(self.plan(schedule, count_std))
+        next_batch = session.poisson(n, schedule.sampling_rate)
+        per_sample = PerSampleGradients(model)
         clip = hp.clip_norm if self.private else math.inf
+        gradient_sum = session.gaussian_sum(ORACLE, clip, schedule.noise_multiplier)
+        confusion = session.gaussian_counts(COUNTS, count_std)
         params = list(model.parameters())
         cell = (s * 2 + y) * 2  # flat index of (group, label, prediction 0) in (k, 2, 2)
 
         def statistics() -> np.ndarray:
             with torch.no_grad():
                 pred = model(x).argmax(dim=1)
-            counts = torch.zeros(k * 4, dtype=torch.float64, device=dev)
-            counts.index_add_(0, cell + pred, torch.ones(n, dtype=torch.float64, device=dev))
-            if count_std > 0:
-                counts = add_gaussian_noise([counts], count_std, gen)[0]
+            counts = confusion(cell + pred, k * 4)
             return counts.clamp(min=0.0).cpu().numpy().reshape(k, 2, 2) / n
 
         def relabel(costs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,34 +191,24 @@ class CGOO(Method):
                                                                    device=dev)  # fmt: skip
 
         def step(z: torch.Tensor, w: torch.Tensor) -> None:
-            idx = next_batch()
+            batch = next_batch()
+            idx = batch.indices
             loss = WeightedCrossEntropy(z.index_select(0, idx), w.index_select(0, idx))
-            sums = clipped(x.index_select(0, idx), loss, clip)
-            if sigma > 0:
-                sums = add_gaussian_noise(sums, sigma * clip, gen)
+            sums = gradient_sum(per_sample(x.index_select(0, idx), loss), batch)
             with torch.no_grad():
                 for p, grad in zip(params, sums, strict=True):
-                    p.sub_(hp.lr / (q * n) * grad)
+                    p.sub_(hp.lr / (schedule.sampling_rate * n) * grad)
 
-        schedule = {"sampling_rate": q, "oracle_steps": steps, "noise_multiplier": sigma,
-                    "count_noise": count_std}  # fmt: skip
-        return model, dev, statistics, relabel, step, schedule
+        return model, statistics, relabel, step, (schedule, count_std)
 
-    def fit(
-        self,
-        task: Task,
-        privacy: PrivacyBudget | None,
-        fairness: FairnessSpec,
-        seed: int,
-        device: Device = "cpu",
-    ) -> Fitted:
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
         if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
             raise ConfigError(f"method {self.name} supports the constraints "
                               f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}")  # fmt: skip
         if fairness.knob is None or fairness.knob <= 0:
             raise ConfigError(f"method {self.name} needs alpha values > 0: give it `knobs`")
         hp, alpha = self.hparams, float(fairness.knob)
-        model, dev, statistics, relabel, step, schedule = self._setup(task, privacy, seed, device)
+        model, statistics, relabel, step, (schedule, count_std) = self._setup(task, session)
         f = OBJECTIVES[hp.objective]
         g = constraint_function(fairness.constraint, alpha, hp.eta)
         components, trace, big_g = [], [], hp.G
@@ -246,34 +238,24 @@ class CGOO(Method):
             else:  # the paper's indicator (c_1 answers f alone)
                 constraint_cost = big_g * float(t > 0 and g_value >= 0) * g_grad
             z, w = relabel(f_grad + constraint_cost)
-            for _ in range(schedule["oracle_steps"]):
+            for _ in range(schedule.steps):
                 step(z, w)
             components.append(copy.deepcopy(model))
             trace.append({"f": f_value, "g": g_value,
                           "lambda": float(np.sum(lam)) if lam is not None else None})  # fmt: skip
-        ledger = PrivacyLedger()
-        if self.private:
-            q, steps = schedule["sampling_rate"], schedule["oracle_steps"]
-            counts = dp_event.GaussianDpEvent(schedule["count_noise"])
-            ledger.record("cgoo: Gaussian confusion counts, once per iteration",
-                          dp_event.SelfComposedDpEvent(counts, hp.iterations))  # fmt: skip
-            ledger.record(
-                "cgoo: oracle DP-SGD steps (clipped weighted-loss gradient sums)",
-                sgd_steps(q, schedule["noise_multiplier"], steps * hp.iterations),
-            )
-        info = {**schedule, "iterations": hp.iterations, "G": big_g, "alpha": alpha,
+        info = {"sampling_rate": schedule.sampling_rate, "oracle_steps": schedule.steps,
+                "noise_multiplier": schedule.noise_multiplier, "count_noise": count_std,
+                "iterations": hp.iterations, "G": big_g, "alpha": alpha,
                 "trace": trace}  # fmt: skip
-        noise, counts = schedule["noise_multiplier"], schedule["count_noise"]
-        steps = schedule["oracle_steps"] * hp.iterations
-        budget = schedule_budget(schedule["sampling_rate"], steps, noise, "noise_multiplier",
-                                 count=counts)  # fmt: skip
-        return Fitted(model, dev, ledger, info=info, components=components, budget=budget)
+        budget = schedule.budget(schedule.steps * hp.iterations, count=count_std)
+        return Fitted(model, session.device, info=info, components=components, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
         """One oracle step, on the costs of plain error."""
-        _, _, statistics, relabel, step, _ = self._setup(task, privacy, seed, device)
+        session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
+        _, statistics, relabel, step, _ = self._setup(task, session)
         stats = statistics()
         z, w = relabel(go.error(stats, go.Sizes.of(stats))[1])
         return lambda: step(z, w)

@@ -63,16 +63,6 @@ from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
 from fairbench.errors import ConfigError
-from fairbench.methods._training import (
-    calibrated_quantity,
-    calibrated_schedule,
-    check_one_free_quantity,
-    generator,
-    init_model,
-    poisson_batches,
-    schedule_budget,
-    train_tensors,
-)
 from fairbench.methods.base import (
     Device,
     FairnessSpec,
@@ -81,15 +71,27 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
-from fairbench.models.grad_sample import ClippedGradients
+from fairbench.methods.engine import (
+    Schedule,
+    calibrated,
+    check_one_free_quantity,
+    expected_batch,
+    init_model,
+    train_tensors,
+    uncalibrated,
+)
+from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
-from fairbench.privacy.clipping import clip_factors
+from fairbench.privacy.contributions import Scattered
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.noise import add_gaussian_noise
+from fairbench.privacy.session import Batch, PrivacyNotion, PrivacySession
 from fairbench.task import Task
 
 CONSTRAINTS = ("demographic_parity", "equalized_odds")
+THETA = "dp-fermi: Gaussian sum of clipped theta-gradients"
+W_LABEL = "dp-fermi: Gaussian sum of clipped W-gradients"
+COUNTS = "dp-fermi: Gaussian group counts for the marginals p(s)"
 Part = Literal["all", "public", "sensitive"]
 
 
@@ -152,11 +154,6 @@ def w_gradients(
     return public, sensitive
 
 
-def clipped_rows(g: torch.Tensor, max_norm: float) -> torch.Tensor:
-    """Each record's (k, l) gradient scaled to Frobenius norm at most `max_norm`."""
-    return g * clip_factors(g.flatten(1).norm(dim=1), max_norm)[:, None, None]
-
-
 def project_rows(w: torch.Tensor, radius: float) -> torch.Tensor:
     """Each cell's W projected onto the Frobenius ball of `radius`."""
     norms = w.flatten(1).norm(dim=1).clamp(min=1e-12)
@@ -203,34 +200,56 @@ class DPFermi(Method):
     Hparams = DPFermiHparams
     hparams: DPFermiHparams
 
-    def _marginals(self, cells: np.ndarray, s: np.ndarray, shape: tuple[int, int], gen):
-        """p(s | cell) for each cell, from exact or Gaussian-noised counts, and the count
-        release's DpEvent (None when the marginals are declared public)."""
+    def _count_event(self, lam: float) -> dp_event.DpEvent | None:
+        """The group-count release behind p(s), or None when it is not run (lambda = 0: psi
+        has no weight) or the marginals are declared public."""
         hp = self.hparams
-        counts = np.zeros(shape)
-        np.add.at(counts, (cells, s), 1.0)
-        counts_t = torch.as_tensor(counts, dtype=torch.float64)
-        if hp.marginals == "public":
-            return counts_t / counts_t.sum(dim=1, keepdim=True), None
-        noisy = add_gaussian_noise([counts_t], hp.marginal_noise, gen)[0].clamp(min=1.0)
+        if lam == 0 or hp.marginals == "public":
+            return None
         # add/remove moves one count by 1; a group substitution moves two, l2 distance sqrt 2
         moved = math.sqrt(2) if hp.privacy_notion == "sensitive-attribute" else 1.0
-        event = dp_event.GaussianDpEvent(hp.marginal_noise / moved)
-        return noisy / noisy.sum(dim=1, keepdim=True), event
+        return dp_event.GaussianDpEvent(hp.marginal_noise / moved)
 
-    def schedule(
-        self, n: int, privacy: PrivacyBudget, shape: StepShape
-    ) -> tuple[float, int, float]:
-        """(sampling rate, steps, noise multiplier) meeting the budget on n records."""
-        hp = self.hparams
+    def _marginals(self, session: PrivacySession, cell, s, shape, event) -> torch.Tensor:
+        """p(s | cell) for each cell, from exact or Gaussian-noised counts (uniform, unused,
+        when lambda = 0)."""
+        cells = cell * shape[1] + s
+        if event is not None:
+            noisy = session.gaussian_counts(COUNTS, event.noise_multiplier)(cells, math.prod(shape))
+            counts = noisy.reshape(shape).clamp(min=1.0)
+        elif self.hparams.marginals == "public":
+            counts = torch.bincount(cells, minlength=math.prod(shape)).reshape(shape).double()
+        else:
+            counts = torch.ones(shape, dtype=torch.float64, device=cells.device)
+        return counts / counts.sum(dim=1, keepdim=True)
+
+    def schedule(self, n: int, privacy: PrivacyBudget, shape: StepShape) -> Schedule:
+        """Sampling rate, steps and noise multiplier meeting the budget on n records."""
         if shape.gaussians == 0:  # nothing private is released per step
-            q = min(1.0, hp.batch_size / n)
-            return q, max(1, round(hp.epochs / q)), 0.0
-        return calibrated_schedule(hp, n, privacy, None, shape)
+            return uncalibrated(self.hparams, n)
+        return calibrated(self.hparams, n, privacy, None, shape)
 
-    def _setup(self, task: Task, privacy, fairness: FairnessSpec, seed: int, device: Device):
-        if privacy is None:
-            raise ConfigError(f"method {self.name} is private: give it a target epsilon")
+    def _shape(self, lam: float, count_event) -> StepShape:
+        """theta's release, W's release when lambda > 0; under the sensitive-attribute notion
+        theta's release carries nothing group-dependent when lambda = 0."""
+        hp = self.hparams
+        sensitive = hp.privacy_notion == "sensitive-attribute"
+        releases = 2 if lam > 0 else (0 if sensitive else 1)
+        paper = hp.sensitive_accounting == "paper"
+        return StepShape(releases, sensitive and not paper, count_event)
+
+    def plan(self, schedule: Schedule, shape: StepShape, steps: int) -> PrivacyLedger:
+        """`steps` rounds of the step's Gaussian sums on one Poisson batch, and the counts."""
+        plan = PrivacyLedger()
+        sensitive = self.hparams.privacy_notion == "sensitive-attribute"
+        if shape.gaussians:
+            plan.record(THETA, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
+                                         steps, None, shape.gaussians, sensitive))  # fmt: skip
+        if shape.extra is not None:
+            plan.record(COUNTS, shape.extra)
+        return plan
+
+    def _check(self, fairness: FairnessSpec) -> float:
         if fairness.knob is None or fairness.knob < 0:
             raise ConfigError(f"method {self.name} needs lambda values >= 0: give it `knobs`")
         if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
@@ -238,124 +257,113 @@ class DPFermi(Method):
                 f"method {self.name} supports the constraints {', '.join(CONSTRAINTS)}; "
                 f"got {fairness.constraint!r}"
             )
-        hp, lam = self.hparams, float(fairness.knob)
-        dev = resolve_device(device)
-        model = init_model(hp, task, seed, dev)
+        return float(fairness.knob)
+
+    def _program(self, task: Task, fairness: FairnessSpec, session: PrivacySession, steps=None):
+        """Submit the plan and draw the marginals; return (model, schedule, shape, step, W)."""
+        hp, lam, dev = self.hparams, self._check(fairness), session.device
+        model = init_model(hp, task, session.seed, dev)
         x, y = train_tensors(task, dev)
         s = torch.as_tensor(task.train.s, dtype=torch.int64, device=dev)
         n, k, l = len(y), task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
-        eo = fairness.constraint == "equalized_odds"
-        n_cells = l if eo else 1
-        cell = y if eo else torch.zeros_like(y)
-        gen = generator(seed, dev)
-        sensitive_only = hp.privacy_notion == "sensitive-attribute"
-        if lam > 0:
-            noise_gen = torch.Generator().manual_seed(seed)
-            p, count_event = self._marginals(cell.cpu().numpy(), task.train.s, (n_cells, k),
-                                             noise_gen)  # fmt: skip
-        else:  # lambda = 0: psi has no weight, so the marginals are never needed nor released
-            p, count_event = torch.full((n_cells, k), 1.0 / k, dtype=torch.float64), None
+        n_cells = l if fairness.constraint == "equalized_odds" else 1
+        cell = y if n_cells > 1 else torch.zeros_like(y)
+        shape = self._shape(lam, self._count_event(lam))
+        schedule = self.schedule(n, session.budget, shape)
+        sensitive = hp.privacy_notion == "sensitive-attribute"
+        notion = PrivacyNotion.SENSITIVE_ATTRIBUTE if sensitive else PrivacyNotion.FULL
+        session.submit_plan(self.plan(schedule, shape, steps or schedule.steps), notion)
+        p = self._marginals(session, cell, s, (n_cells, k), shape.extra)
         inv_sqrt_p = p.rsqrt().to(dev, torch.float32)
-        # theta's release, W's release when lambda > 0; under the sensitive-attribute notion
-        # theta's release carries nothing group-dependent when lambda = 0
-        releases = 2 if lam > 0 else (0 if sensitive_only else 1)
-        paper = hp.sensitive_accounting == "paper"
-        shape = StepShape(releases, sensitive_only and not paper, count_event)
-        q, steps, sigma = self.schedule(n, privacy, shape)
-        next_batch = poisson_batches(n, q, gen, dev)
-        clipped = ClippedGradients(model)
-        params = list(model.parameters())
-        w = torch.zeros((n_cells, k, l), device=dev)
-        radius = hp.w_diameter / 2
-        scale = q * n
-        # noise std per release: the add/remove sensitivity is the clip; a group substitution
-        # moves a clipped group term by up to twice its clip
-        theta_std = sigma * hp.clip_norm * (2 * lam if sensitive_only else 1.0)
-        w_std = sigma * hp.clip_norm_w * (2.0 if sensitive_only else 1.0)
+        step, final_w = self._step(model, (x, y, s, cell), inv_sqrt_p, lam, schedule, session)
+        return model, schedule, shape, step, final_w
 
-        def step() -> None:
+    def _step(self, model, data, inv_sqrt_p, lam, schedule, session):
+        """One batch's update: noisy descent on theta, noisy projected ascent on W."""
+        hp = self.hparams
+        x, y, s, cell = data
+        n_cells, k, l = len(inv_sqrt_p), inv_sqrt_p.shape[1], model(x[:1]).shape[1]  # noqa: E741
+        sensitive = hp.privacy_notion == "sensitive-attribute"
+        theta_sum = session.gaussian_sum(THETA, hp.clip_norm, schedule.noise_multiplier)
+        w_sum = session.gaussian_sum(W_LABEL, hp.clip_norm_w, schedule.noise_multiplier)
+        per_sample, params = PerSampleGradients(model), list(model.parameters())
+        w = torch.zeros((n_cells, k, l), device=session.device)
+        radius, scale = hp.w_diameter / 2, expected_batch(schedule, len(y))
+
+        def step(batch: Batch) -> None:
             nonlocal w
-            idx = next_batch()
-            xb, yb, sb, cb = (t.index_select(0, idx) for t in (x, y, s, cell))
-            w_rows = w.index_select(0, cb)
-            ip = inv_sqrt_p[cb, sb]
+            xb, yb, sb, cb = (t.index_select(0, batch.indices) for t in (x, y, s, cell))
+            w_rows, ip = w.index_select(0, cb), inv_sqrt_p[cb, sb]
             with torch.no_grad():
                 logits = model(xb)
-            if sensitive_only:
-                public = FermiObjective(yb, sb, w_rows, ip, lam, "public")
-                grads = clipped(xb, public, math.inf, logits=logits)
+            if sensitive:  # the group-free part is public: exact; the group term is noised
+                grads = per_sample(xb, FermiObjective(yb, sb, w_rows, ip, lam, "public"),
+                                   logits=logits).weighted_sum(None)  # fmt: skip
                 if lam > 0:
                     group = FermiObjective(yb, sb, w_rows, ip, lam, "sensitive")
-                    group_sum = clipped(xb, group, hp.clip_norm, logits=logits)
-                    grads = [g + lam * h for g, h in zip(grads, group_sum, strict=True)]
+                    noisy = theta_sum(per_sample(xb, group, logits=logits), batch)
+                    grads = [g + lam * h for g, h in zip(grads, noisy, strict=True)]
             else:
-                grads = clipped(xb, FermiObjective(yb, sb, w_rows, ip, lam), hp.clip_norm,
-                                logits=logits)  # fmt: skip
-            if theta_std > 0:  # zero: theta's release holds nothing private
-                grads = add_gaussian_noise(grads, theta_std, gen)
+                objective = FermiObjective(yb, sb, w_rows, ip, lam)
+                grads = theta_sum(per_sample(xb, objective, logits=logits), batch)
             with torch.no_grad():
                 for param, g in zip(params, grads, strict=True):
                     param.sub_(hp.lr / scale * g)
                 if lam == 0:
                     return
                 public_w, group_w = w_gradients(torch.softmax(logits, dim=1), sb, w_rows, ip)
-                if sensitive_only:
-                    per_sample = public_w + clipped_rows(group_w, hp.clip_norm_w)
+                if sensitive:
+                    total = Scattered(public_w, cb, n_cells).weighted_sum(None)[0]
+                    total = total + w_sum(Scattered(group_w, cb, n_cells), batch)[0]
                 else:
-                    per_sample = clipped_rows(public_w + group_w, hp.clip_norm_w)
-                total = torch.zeros_like(w).index_add_(0, cb, per_sample)
-                total = add_gaussian_noise([total], w_std, gen)[0]
+                    total = w_sum(Scattered(public_w + group_w, cb, n_cells), batch)[0]
                 w = project_rows(w + hp.lr_w * lam / scale * total, radius)
 
-        ledger = PrivacyLedger()
-        if releases:
-            ledger.record(
-                f"dp-fermi: per step {releases} Gaussian sum(s) of clipped gradients on one "
-                "Poisson batch" + (" (group terms only)" if sensitive_only else ""),
-                sgd_steps(q, sigma, steps, None, releases, sensitive_only),
-            )
-        if count_event is not None:
-            ledger.record("dp-fermi: Gaussian group counts for the marginals p(s)", count_event)
-        notion = hp.privacy_notion + ("+public-marginals" if hp.marginals == "public" else "")
-        notion += " (paper analysis)" if paper else ""
-        info = {"steps": steps, "sampling_rate": q, "noise_multiplier": sigma,
-                "clip_norm": hp.clip_norm, "clip_norm_w": hp.clip_norm_w, "lambda": lam,
-                "releases_per_step": releases, "marginals": p.tolist()}  # fmt: skip
-        if sensitive_only and releases:
-            amplified = sgd_steps(q, sigma, steps, None, releases)
-            if count_event is not None:
-                amplified = dp_event.ComposedDpEvent([amplified, count_event])
-            info["epsilon_paper_analysis"] = epsilon(amplified, privacy.delta)
-        target = "paper-analysis" if paper else "suite"
-        return model, dev, step, ledger, info, (notion, target), lambda: w
+        return step, lambda: w
 
-    def fit(
-        self,
-        task: Task,
-        privacy: PrivacyBudget | None,
-        fairness: FairnessSpec,
-        seed: int,
-        device: Device = "cpu",
-    ) -> Fitted:
-        model, dev, step, ledger, info, (notion, target), final_w = self._setup(
-            task, privacy, fairness, seed, device
-        )
-        steps = info["steps"]
-        chosen = steps
-        if self.hparams.iterate == "random":
-            chosen = int(np.random.default_rng([seed, 7]).integers(1, steps + 1))
+    def _info(self, schedule: Schedule, shape: StepShape, lam: float, privacy) -> dict:
+        hp = self.hparams
+        info = {**schedule.info(), "clip_norm": hp.clip_norm, "clip_norm_w": hp.clip_norm_w,
+                "lambda": lam, "releases_per_step": shape.gaussians}  # fmt: skip
+        if hp.privacy_notion == "sensitive-attribute" and shape.gaussians:
+            amplified = sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
+                                  schedule.steps, None, shape.gaussians)  # fmt: skip
+            if shape.extra is not None:
+                amplified = dp_event.ComposedDpEvent([amplified, shape.extra])
+            info["epsilon_paper_analysis"] = epsilon(amplified, privacy.delta)
+        return info
+
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+        """The last iterate, or with `iterate: random` a uniformly drawn one: the draw is
+        independent of the data, so only the steps run are planned and recorded (the noise
+        stays calibrated for all of them)."""
+        hp = self.hparams
+        full = self.schedule(len(task.train), session.budget,
+                             self._shape(self._check(fairness), None))  # fmt: skip
+        chosen = None
+        if hp.iterate == "random":
+            chosen = int(np.random.default_rng([session.seed, 7]).integers(1, full.steps + 1))
+        model, schedule, shape, step, final_w = self._program(task, fairness, session, chosen)
+        chosen = chosen or schedule.steps
+        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
         for _ in range(chosen):  # the iterates after the chosen one are never looked at
-            step()
+            step(next_batch())
+        info = self._info(schedule, shape, self._check(fairness), session.budget)
         info["returned_iterate"] = chosen
         info["w_norm"] = final_w().flatten(1).norm(dim=1).cpu().tolist()
-        private_counts = self.hparams.marginals == "private"
-        counts = {"count": self.hparams.marginal_noise} if private_counts else {}
-        budget = schedule_budget(info["sampling_rate"], chosen, info["noise_multiplier"],
-                                 calibrated_quantity(self.hparams), **counts)  # fmt: skip
-        return Fitted(model, dev, ledger, notion, info, target_accounting=target, budget=budget)
+        counts = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
+        notion = hp.privacy_notion + ("+public-marginals" if hp.marginals == "public" else "")
+        paper = hp.sensitive_accounting == "paper"
+        notion += " (paper analysis)" if paper else ""
+        return Fitted(model, session.device, privacy_notion=notion, info=info,
+                      target_accounting="paper-analysis" if paper else "suite",
+                      budget=schedule.budget(chosen, **counts))  # fmt: skip
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
-        return self._setup(task, privacy, FairnessSpec("demographic_parity", 1.0), seed,
-                           device)[2]  # fmt: skip
+        session = PrivacySession(seed, resolve_device(device), privacy)
+        fairness = FairnessSpec("demographic_parity", 1.0)
+        _, schedule, _, step, _ = self._program(task, fairness, session)
+        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
+        return lambda: step(next_batch())

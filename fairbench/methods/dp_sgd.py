@@ -16,17 +16,6 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from fairbench.errors import ConfigError
-from fairbench.methods._training import (
-    calibrated_quantity,
-    calibrated_schedule,
-    check_one_free_quantity,
-    generator,
-    init_model,
-    poisson_batches,
-    schedule_budget,
-    train_tensors,
-)
 from fairbench.methods.base import (
     Device,
     FairnessSpec,
@@ -35,14 +24,22 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
-from fairbench.models.grad_sample import ClippedGradients, CrossEntropy
-from fairbench.privacy import (
-    PrivacyBudget,
-    PrivacyLedger,
+from fairbench.methods.engine import (
+    Schedule,
+    calibrated,
+    check_one_free_quantity,
+    expected_batch,
+    init_model,
+    run_steps,
+    train_tensors,
 )
+from fairbench.models.grad_sample import CrossEntropy, PerSampleGradients
+from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.noise import add_gaussian_noise
+from fairbench.privacy.session import Batch, PrivacySession
 from fairbench.task import Task
+
+LABEL = "dp-sgd: clipped gradient sum"
 
 
 class DPSGDHparams(TrainingHparams):
@@ -66,59 +63,48 @@ class DPSGD(Method):
     Hparams = DPSGDHparams
     hparams: DPSGDHparams
 
-    def schedule(self, n: int, privacy: PrivacyBudget) -> tuple[float, int, float]:
-        """(sampling rate, steps, noise multiplier) meeting the budget on n training records."""
-        return calibrated_schedule(self.hparams, n, privacy)
+    def schedule(self, n: int, privacy: PrivacyBudget) -> Schedule:
+        """Sampling rate, steps and noise multiplier meeting the budget on n training records."""
+        return calibrated(self.hparams, n, privacy)
 
-    def _setup(self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device):
-        if privacy is None:
-            raise ConfigError(f"method {self.name} is private: give it a target epsilon")
+    def plan(self, schedule: Schedule) -> PrivacyLedger:
+        plan = PrivacyLedger()
+        plan.record(LABEL, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
+                                     schedule.steps))  # fmt: skip
+        return plan
+
+    def _program(self, task: Task, session: PrivacySession):
+        """(model, schedule, step): the trial's model and its one-batch update."""
         hp = self.hparams
-        dev = resolve_device(device)
-        model = init_model(hp, task, seed, dev)
-        x, y = train_tensors(task, dev)
-        q, steps, sigma = self.schedule(len(y), privacy)
-        gen = generator(seed, dev)
-        next_batch = poisson_batches(len(y), q, gen, dev)
-        clipped = ClippedGradients(model, hp.grad_engine)
+        model = init_model(hp, task, session.seed, session.device)
+        x, y = train_tensors(task, session.device)
+        schedule = self.schedule(len(y), session.budget)
+        per_sample = PerSampleGradients(model, hp.grad_engine)
+        gradient_sum = session.gaussian_sum(LABEL, hp.clip_norm, schedule.noise_multiplier)
         params = list(model.parameters())
-        scale = hp.lr / (q * len(y))
+        scale = hp.lr / expected_batch(schedule, len(y))
 
-        def step() -> None:
-            idx = next_batch()
+        def step(batch: Batch) -> None:
+            idx = batch.indices
             loss = CrossEntropy(y.index_select(0, idx))
-            sums = clipped(x.index_select(0, idx), loss, hp.clip_norm)
-            noisy = add_gaussian_noise(sums, sigma * hp.clip_norm, gen)
+            noisy = gradient_sum(per_sample(x.index_select(0, idx), loss), batch)
             with torch.no_grad():
                 for p, g in zip(params, noisy, strict=True):
                     p.sub_(scale * g)
 
-        ledger = PrivacyLedger()
-        ledger.record("dp-sgd: clipped gradient sums", sgd_steps(q, sigma, steps))
-        info = {
-            "steps": steps,
-            "noise_multiplier": sigma,
-            "sampling_rate": q,
-            "clip_norm": hp.clip_norm,
-        }
-        return model, dev, step, ledger, info
+        return model, schedule, step
 
-    def fit(
-        self,
-        task: Task,
-        privacy: PrivacyBudget | None,
-        fairness: FairnessSpec,
-        seed: int,
-        device: Device = "cpu",
-    ) -> Fitted:
-        model, dev, step, ledger, info = self._setup(task, privacy, seed, device)
-        for _ in range(info["steps"]):
-            step()
-        budget = schedule_budget(info["sampling_rate"], info["steps"], info["noise_multiplier"],
-                                 calibrated_quantity(self.hparams))  # fmt: skip
-        return Fitted(model, dev, ledger, info=info, budget=budget)
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+        model, schedule, step = self._program(task, session)
+        run_steps(session, len(task.train), schedule, step, self.plan(schedule))
+        info = {**schedule.info(), "clip_norm": self.hparams.clip_norm}
+        return Fitted(model, session.device, info=info, budget=schedule.budget())
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
-        return self._setup(task, privacy, seed, device)[2]
+        session = PrivacySession(seed, resolve_device(device), privacy)
+        _, schedule, step = self._program(task, session)
+        session.submit_plan(self.plan(schedule))
+        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
+        return lambda: step(next_batch())

@@ -90,8 +90,17 @@ from fairbench.methods.base import Budget, Device, FairnessSpec, Fitted, Hparams
 from fairbench.models import LogisticRegression
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, SEARCH_DISCRETISATION
-from fairbench.privacy.noise import gaussian_release, symmetric_gaussian_release
+from fairbench.privacy.contributions import Rows
+from fairbench.privacy.session import PrivacySession
 from fairbench.task import Task
+
+COUNTS = "dpse: Gaussian group counts"
+PRECURSOR = "dpse stage 1: logistic precursor gradient sums"
+GRAM = "dpse stage 1: X^T X (Analyze-Gauss)"
+XTY = "dpse stage 1: X^T Y"
+RESIDUALS = "dpse stage 1: residual sum of group"
+STAGE2 = "dpse stage 2: Gaussian sums per round for group"
+STANDARD = "dpnose stage 2: standard DP gradient descent, one Gaussian sum per round"
 
 
 class LinearRegressor(torch.nn.Module):
@@ -151,7 +160,25 @@ def _std(sensitivity: float, rho: float) -> float:
 
 def _gauss(rho: float) -> dp_event.GaussianDpEvent:
     """The DpEvent of a rho-zCDP Gaussian (noise multiplier 1 / sqrt(2 rho))."""
-    return dp_event.GaussianDpEvent(1.0 / math.sqrt(2 * rho))
+    return dp_event.GaussianDpEvent(_nm(rho))
+
+
+def _nm(rho: float) -> float:
+    """The noise multiplier of a rho-zCDP Gaussian."""
+    return 1.0 / math.sqrt(2 * rho)
+
+
+def _model(theta: np.ndarray, task: Task, classify: bool) -> torch.nn.Module:
+    """theta as the suite's logistic classifier (class 1's logit) or a linear regressor."""
+    if not classify:
+        return LinearRegressor(theta)
+    model = LogisticRegression(task.n_features, 2)
+    with torch.no_grad():
+        model.linear.weight.zero_()
+        model.linear.bias.zero_()
+        model.linear.weight[1] = torch.as_tensor(theta[:-1])
+        model.linear.bias[1] = float(theta[-1])
+    return model
 
 
 def _clip_rows(v: np.ndarray, bound: float) -> np.ndarray:
@@ -190,97 +217,87 @@ class DPSE(Method):
             coef = 2.0 * (margin - y)
         return loss, coef[:, None] * z
 
-    def _precursor(self, z, y, classify, budget: _Budget, rng, ledger) -> np.ndarray | None:
+    def _stage1_plan(self, budget: _Budget, k: int, classify: bool) -> list[tuple]:
+        """(label, event, group) of stage 1 and the counts: fixed before any data is read."""
+        hp = self.hparams
+        plan = []
+        if budget.counts:
+            plan.append((COUNTS, _gauss(budget.counts), None))
+        if not self.tailored:
+            return plan
+        if classify:
+            rho_step = 2 * budget.design / hp.precursor_steps
+            steps = dp_event.SelfComposedDpEvent(_gauss(rho_step), hp.precursor_steps)
+            plan.append((PRECURSOR, steps, None))
+        else:
+            plan += [(GRAM, _gauss(budget.design), None), (XTY, _gauss(budget.design), None)]
+        return plan + [(f"{RESIDUALS} {g}", _gauss(budget.residuals), g) for g in range(k)]
+
+    def _precursor(self, z, y, classify, budget: _Budget, session) -> np.ndarray | None:
         hp = self.hparams
         zc = _clip_rows(z, hp.clip_x)
         if classify:  # logistic precursor: noisy full-batch gradient steps on the design share
             theta = np.zeros(z.shape[1])
             rho_step = 2 * budget.design / hp.precursor_steps
+            gradient_sum = session.gaussian_sum(PRECURSOR, hp.clip_x, _nm(rho_step))
             for _ in range(hp.precursor_steps):
                 _, grads = self._loss_grad(zc, y, theta, True)
-                total = _clip_rows(grads, hp.clip_x).sum(axis=0)
-                noisy = gaussian_release(total, _std(hp.clip_x, rho_step), rng)
+                noisy = gradient_sum(Rows.of(grads))[0]
                 theta = np.clip(theta - hp.precursor_lr * noisy / len(y), -hp.box, hp.box)
-            steps = dp_event.SelfComposedDpEvent(_gauss(rho_step), hp.precursor_steps)
-            ledger.record("dpse stage 1: logistic precursor gradient sums", steps)
             return theta
         yc = np.clip(y, -hp.clip_y, hp.clip_y)
-        xtx = symmetric_gaussian_release(zc.T @ zc, _std(hp.clip_x**2, budget.design), rng)
-        xty = gaussian_release(zc.T @ yc, _std(hp.clip_x * hp.clip_y, budget.design), rng)
-        ledger.record("dpse stage 1: X^T X (Analyze-Gauss)", _gauss(budget.design))
-        ledger.record("dpse stage 1: X^T Y", _gauss(budget.design))
+        xtx = session.gaussian_gram(GRAM, hp.clip_x, _nm(budget.design))(z)
+        xty_sum = session.gaussian_sum(XTY, hp.clip_x * hp.clip_y, _nm(budget.design))
+        xty = xty_sum(Rows.of(zc * yc[:, None]))[0]
         if np.linalg.eigvalsh(xtx).min() <= 0:
             return None
         return np.linalg.solve(xtx, xty)
 
-    def standard_errors(self, z, y, s, sizes, k, classify, budget, rng, ledger) -> np.ndarray:
+    def standard_errors(self, z, y, s, sizes, k, classify, budget, session) -> np.ndarray:
         """Algorithm 1: normalised private standard errors (uniform on fallback)."""
         hp = self.hparams
         uniform = np.full(k, 1 / math.sqrt(k))
-        beta = self._precursor(z, y, classify, budget, rng, ledger)
+        beta = self._precursor(z, y, classify, budget, session)
         delta2 = hp.clip_norm**2
         noisy = np.empty(k)
         for g in range(k):
             loss, _ = self._loss_grad(z[s == g], y[s == g], beta if beta is not None
                                       else np.zeros(z.shape[1]), classify)  # fmt: skip
-            noisy[g] = gaussian_release(np.clip(loss, 0, delta2).sum(),
-                                        _std(delta2, budget.residuals), rng)  # fmt: skip
-            ledger.record(f"dpse stage 1: residual sum of group {g}", _gauss(budget.residuals),
-                          g)  # fmt: skip
+            residual_sum = session.gaussian_sum(f"{RESIDUALS} {g}", delta2,
+                                                _nm(budget.residuals), g)  # fmt: skip
+            noisy[g] = residual_sum(Rows.of(loss[:, None]))[0][0]
         if beta is None or (noisy <= 0).any():
             return uniform
         se = np.sqrt(noisy / sizes)
         return se / np.linalg.norm(se)
 
-    def _sizes(self, s, k, budget, rng, ledger) -> np.ndarray:
-        counts = np.bincount(s, minlength=k).astype(np.float64)
+    def _sizes(self, s, k, budget, session) -> np.ndarray:
         if budget.counts == 0:
-            return counts
-        ledger.record("dpse: Gaussian group counts", _gauss(budget.counts))
-        return np.maximum(gaussian_release(counts, _std(1.0, budget.counts), rng), 1.0)
+            return np.bincount(s, minlength=k).astype(np.float64)
+        return np.maximum(session.gaussian_counts(COUNTS, _nm(budget.counts))(s, k), 1.0)
 
-    def fit(
-        self,
-        task: Task,
-        privacy: PrivacyBudget | None,
-        fairness: FairnessSpec,
-        seed: int,
-        device: Device = "cpu",
-    ) -> Fitted:
-        if privacy is None:
-            raise ConfigError(f"method {self.name} is private: give it a target epsilon")
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
         classify = task.kind == "classification"
         if classify and task.n_classes != 2:
             raise ConfigError(f"method {self.name} handles regression and binary tasks only")
         if fairness.constraint != "bounded_group_loss" and fairness.knob is not None:
             raise ConfigError(f"method {self.name} constrains bounded_group_loss only")
-        hp = self.hparams
+        hp, privacy = self.hparams, session.budget
         rho = self._calibrate(privacy)
-        theta, ledger, info = self._run(task, rho, fairness.knob, seed, classify)
-        while (spent := ledger.epsilon(privacy.delta)) > privacy.epsilon:  # PLD rounding
-            rho *= 0.999 * (privacy.epsilon / spent) ** 2
-            theta, ledger, info = self._run(task, rho, fairness.knob, seed, classify)
+        theta, info = self._run(task, rho, fairness.knob, session, classify)
         # per group, what its records pay by parallel composition: under `parallel` the
         # target (their max); under `sequential` information, at the coarser (faster) grid
         interval = REPORT_DISCRETISATION if hp.composition == "parallel" else SEARCH_DISCRETISATION
-        info["group_epsilons"] = ledger.group_epsilons(privacy.delta, interval)
+        info["group_epsilons"] = session.ledger().group_epsilons(privacy.delta, interval)
         info["rho"] = rho
         if classify:  # the bound is on a group's mean logistic loss, not its error rate
             info["bounded_loss"] = "log_loss"
         info["epsilon_paper_zcdp"] = rho + 2 * math.sqrt(rho * math.log(1 / privacy.delta))
-        if classify:
-            model = LogisticRegression(task.n_features, 2)
-            with torch.no_grad():
-                model.linear.weight.zero_()
-                model.linear.bias.zero_()
-                model.linear.weight[1] = torch.as_tensor(theta[:-1])
-                model.linear.bias[1] = float(theta[-1])
-        else:
-            model = LinearRegressor(theta)
         notion = "full" + ("+public-group-sizes" if hp.group_sizes == "public" else "")
         # full-batch rounds; the zCDP budget rho is what the accountant solved for
         budget = Budget(hp.steps, None, {"rho": rho}, "rho")
-        return Fitted(model, torch.device("cpu"), ledger, notion, info, budget=budget)
+        return Fitted(_model(theta, task, classify), torch.device("cpu"), privacy_notion=notion,
+                      info=info, budget=budget)  # fmt: skip
 
     def _calibrate(self, privacy: PrivacyBudget) -> float:
         """Total rho whose single-Gaussian PLD epsilon meets the target: the composition of
@@ -288,85 +305,123 @@ class DPSE(Method):
         sigma = calibrate_noise_multiplier(1.0, 1, privacy.epsilon, privacy.delta)
         return 1.0 / (2 * sigma**2)
 
-    def _run(self, task: Task, rho: float, bound: float | None, seed: int, classify: bool):
+    def _fit_stage2(self, session, stage1: list[tuple], stage2: Callable[[float], list[tuple]]):
+        """Submit stage 2's plan, with its rho shrunk by the largest factor (<= 1) that keeps
+        the whole composition within the target: the PLD's pessimistic rounding of many
+        Gaussians can exceed the single Gaussian `_calibrate` solved for."""
+        privacy, parallel = session.budget, self.hparams.composition == "parallel"
+        factor = 1.0
+        while True:
+            planned = stage2(factor)
+            ledger = PrivacyLedger(parallel_groups=parallel)
+            for label, event, group in stage1 + planned:
+                ledger.record(label, event, group)
+            spent = ledger.epsilon(privacy.delta)
+            if spent <= privacy.epsilon:
+                break
+            factor *= 0.999 * (privacy.epsilon / spent) ** 2
+        extension = PrivacyLedger()
+        for label, event, group in planned:
+            extension.record(label, event, group)
+        session.extend_plan(extension)
+        return factor
+
+    def _run(self, task: Task, rho: float, bound: float | None, session, classify: bool):
         hp = self.hparams
-        rng = np.random.default_rng([seed, 20231])
         x, y, s = task.train.X.astype(np.float64), task.train.y, task.train.s
         y = y.astype(np.float64)
         z = np.hstack([x, np.ones((len(y), 1))])
         k = task.n_groups
         constrained = bound is not None
         standard = not self.tailored and not constrained and hp.objective == "pooled"
-        counts = hp.group_sizes == "private" and not standard  # standard DPGD needs no n_k
-        budget = _Budget(rho, hp, k, self.tailored, counts)
-        ledger = PrivacyLedger(parallel_groups=hp.composition == "parallel")
         if standard:
-            theta = self._standard_dpgd(z, y, classify, budget.stage2, rng, ledger)
-            info = {"standard_errors": [], "budget_shares": [], "steps": hp.steps,
-                    "stage1_rho": 0.0, "stage2_rho": budget.stage2, "count_rho": 0.0,
-                    "bound": None, "noise_scale": hp.noise_scale}  # fmt: skip
-            return theta, ledger, info
-        sizes = self._sizes(s, k, budget, rng, ledger)
+            return self._standard_dpgd(z, y, classify, rho, session)
+        counts = hp.group_sizes == "private"
+        budget = _Budget(rho, hp, k, self.tailored, counts)
+        stage1 = self._stage1_plan(budget, k, classify)
+        plan = PrivacyLedger(parallel_groups=hp.composition == "parallel")
+        for label, event, group in stage1:
+            plan.record(label, event, group)
+        session.submit_plan(plan)
+        sizes = self._sizes(s, k, budget, session)
         if self.tailored:
-            se = self.standard_errors(z, y, s, sizes, k, classify, budget, rng, ledger)
+            se = self.standard_errors(z, y, s, sizes, k, classify, budget, session)
         else:
             se = np.full(k, 1 / math.sqrt(k))
         share = se**2 / (se**2).max() if hp.composition == "parallel" else se**2
         releases = 2 if constrained else 1
-        rho_round = budget.stage2 * share / (hp.steps * releases)  # per release, per group
-        delta2 = hp.clip_norm**2
         inflation = sizes if hp.noise_scale == "paper" else np.ones(k)
-        stds = np.array([_std(hp.clip_norm, r) for r in rho_round]) * inflation
+
+        def multipliers(factor: float) -> np.ndarray:  # per group, per release and round
+            rho_round = factor * budget.stage2 * share / (hp.steps * releases)
+            return inflation / np.sqrt(2 * rho_round)
+
+        def stage2(factor: float) -> list[tuple]:
+            return [(f"{STAGE2} {g}", dp_event.SelfComposedDpEvent(
+                dp_event.GaussianDpEvent(float(nm)), hp.steps * releases), g)
+                for g, nm in enumerate(multipliers(factor))]  # fmt: skip
+
+        factor = self._fit_stage2(session, stage1, stage2)
+        theta = self._descend(z, y, s, sizes, multipliers(factor), bound, classify, session)
+        info = {"standard_errors": se.tolist(), "budget_shares": share.tolist(),
+                "steps": hp.steps, "stage1_rho": budget.stage1,
+                "stage2_rho": budget.stage2 * factor, "count_rho": budget.counts,
+                "bound": bound, "noise_scale": hp.noise_scale}  # fmt: skip
+        return theta, info
+
+    def _descend(self, z, y, s, sizes, multipliers, bound, classify, session) -> np.ndarray:
+        """Stage 2: full-batch projected descent on the group-mean (or pooled) loss, with the
+        bounded-group-loss step when a bound is given."""
+        hp, k = self.hparams, len(sizes)
+        delta2 = hp.clip_norm**2
+        grad_sums = [session.gaussian_sum(f"{STAGE2} {g}", hp.clip_norm, float(multipliers[g]), g)
+                     for g in range(k)]  # fmt: skip
+        loss_sums = [session.gaussian_sum(f"{STAGE2} {g}", delta2, float(multipliers[g]), g)
+                     for g in range(k)]  # fmt: skip
         theta = np.zeros(z.shape[1])
         for _ in range(hp.steps):
             loss, grads = self._loss_grad(z, y, theta, classify)
-            grads = _clip_rows(grads, hp.clip_norm)
-            m1 = np.stack([gaussian_release(grads[s == g].sum(axis=0), stds[g], rng)
-                           for g in range(k)])  # fmt: skip
+            m1 = np.stack([grad_sums[g](Rows.of(grads[s == g]))[0] for g in range(k)])
             if hp.objective == "group_means":  # grad of f = the sum of group mean losses
                 step = (m1 / sizes[:, None]).sum(axis=0)
             else:  # the pooled mean loss
                 step = m1.sum(axis=0) / sizes.sum()
-            if constrained:
-                clipped = np.clip(loss, 0, delta2)
-                # a clipped loss has sensitivity Delta^2 = clip_norm times a gradient's
-                m2 = np.array([gaussian_release(clipped[s == g].sum(), stds[g] * hp.clip_norm,
-                                                rng) for g in range(k)])  # fmt: skip
+            if bound is not None:
+                # a loss clipped to [0, Delta^2] has sensitivity Delta^2 (losses are >= 0)
+                m2 = np.array([loss_sums[g](Rows.of(loss[s == g][:, None]))[0][0]
+                               for g in range(k)])  # fmt: skip
                 group_loss = m2 / sizes
                 worst = int(np.argmax(group_loss))
                 if group_loss[worst] - bound >= 0:
                     step = step + hp.lagrange * m1[worst] / sizes[worst]
             theta = np.clip(theta - hp.lr * step, -hp.box, hp.box)
-        for g in range(k):
-            ledger.record(
-                f"dpse stage 2: {releases} Gaussian sum(s) per round for group {g}",
-                dp_event.SelfComposedDpEvent(
-                    dp_event.GaussianDpEvent(stds[g] / hp.clip_norm), hp.steps * releases
-                ),
-                g,
-            )
-        info = {"standard_errors": se.tolist(), "budget_shares": share.tolist(),
-                "steps": hp.steps, "stage1_rho": budget.stage1, "stage2_rho": budget.stage2,
-                "count_rho": budget.counts, "bound": bound,
-                "noise_scale": hp.noise_scale}  # fmt: skip
-        return theta, ledger, info
+        return theta
 
-    def _standard_dpgd(self, z, y, classify: bool, rho: float, rng, ledger) -> np.ndarray:
+    def _standard_dpgd(self, z, y, classify: bool, rho: float, session):
         """DPNoSE as the paper defines it, "standard DPGD": per round, one Gaussian sum of the
         clipped per-record gradients of all records at the whole stage-2 budget."""
         hp = self.hparams
         n = len(y)  # public, as in DP-SGD
-        std = _std(hp.clip_norm, rho / hp.steps) * (n if hp.noise_scale == "paper" else 1)
+        inflation = n if hp.noise_scale == "paper" else 1
+
+        def plan(factor: float) -> list[tuple]:
+            nm = inflation / math.sqrt(2 * factor * rho / hp.steps)
+            return [(STANDARD, dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(nm),
+                                                            hp.steps), None)]  # fmt: skip
+
+        session.submit_plan(PrivacyLedger())
+        factor = self._fit_stage2(session, [], plan)
+        nm = plan(factor)[0][1].event.noise_multiplier
+        gradient_sum = session.gaussian_sum(STANDARD, hp.clip_norm, nm)
         theta = np.zeros(z.shape[1])
         for _ in range(hp.steps):
             _, grads = self._loss_grad(z, y, theta, classify)
-            noisy = gaussian_release(_clip_rows(grads, hp.clip_norm).sum(axis=0), std, rng)
+            noisy = gradient_sum(Rows.of(grads))[0]
             theta = np.clip(theta - hp.lr * noisy / n, -hp.box, hp.box)
-        ledger.record(
-            "dpnose stage 2: standard DP gradient descent, one Gaussian sum per round",
-            dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(std / hp.clip_norm), hp.steps),
-        )
-        return theta
+        info = {"standard_errors": [], "budget_shares": [], "steps": hp.steps,
+                "stage1_rho": 0.0, "stage2_rho": rho * factor, "count_rho": 0.0,
+                "bound": None, "noise_scale": hp.noise_scale}  # fmt: skip
+        return theta, info
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

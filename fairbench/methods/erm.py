@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from fairbench.methods._training import generator, init_model, shuffled_batches, train_tensors
 from fairbench.methods.base import (
     Budget,
     Device,
@@ -19,7 +18,9 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
-from fairbench.privacy import PrivacyBudget, PrivacyLedger
+from fairbench.methods.engine import init_model, train_tensors
+from fairbench.privacy import PrivacyBudget
+from fairbench.privacy.session import PrivacySession
 from fairbench.task import Task
 
 
@@ -37,39 +38,31 @@ class ERM(Method):
     Hparams = ERMHparams
     hparams: ERMHparams
 
-    def _setup(self, task: Task, seed: int, device: Device):
+    def _setup(self, task: Task, session: PrivacySession):
         hp = self.hparams
-        dev = resolve_device(device)
-        model = init_model(hp, task, seed, dev)
-        x, y = train_tensors(task, dev)
-        next_batch = shuffled_batches(len(y), hp.batch_size, generator(seed, dev), dev)
+        model = init_model(hp, task, session.seed, session.device)
+        x, y = train_tensors(task, session.device)
+        next_batch = session.shuffled(len(y), hp.batch_size)
         optimiser = torch.optim.SGD(model.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
 
         def step() -> None:
-            idx = next_batch()
+            idx = next_batch().indices
             optimiser.zero_grad(set_to_none=True)
             F.cross_entropy(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
             optimiser.step()
 
         steps = math.ceil(hp.epochs * len(y) / hp.batch_size)
-        return model, dev, step, steps
+        return model, step, steps
 
-    def fit(
-        self,
-        task: Task,
-        privacy: PrivacyBudget | None,
-        fairness: FairnessSpec,
-        seed: int,
-        device: Device = "cpu",
-    ) -> Fitted:
-        model, dev, step, steps = self._setup(task, seed, device)
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+        model, step, steps = self._setup(task, session)
         model.train()
         for _ in range(steps):
             step()
         budget = Budget(steps, min(1.0, self.hparams.batch_size / len(task.train)))
-        return Fitted(model, dev, PrivacyLedger(), info={"steps": steps}, budget=budget)
+        return Fitted(model, session.device, info={"steps": steps}, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
-        return self._setup(task, seed, device)[2]
+        return self._setup(task, PrivacySession(seed, resolve_device(device)))[1]

@@ -50,9 +50,9 @@ from fairbench.methods.base import (
     Fitted,
     Hparams,
     Method,
-    resolve_device,
 )
-from fairbench.privacy import PrivacyBudget, PrivacyLedger
+from fairbench.privacy import PrivacyBudget
+from fairbench.privacy.session import PrivacySession
 from fairbench.task import Task
 
 MOMENTS = {
@@ -123,14 +123,7 @@ class FairlearnEG(Method):
         hp = self.hparams
         return LogisticRegression(C=hp.C, max_iter=hp.lr_max_iter, random_state=seed)
 
-    def fit(
-        self,
-        task: Task,
-        privacy: PrivacyBudget | None,
-        fairness: FairnessSpec,
-        seed: int,
-        device: Device = "cpu",
-    ) -> Fitted:
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
         from fairlearn import reductions
 
         if fairness.constraint not in MOMENTS or fairness.definition is not None:
@@ -145,7 +138,7 @@ class FairlearnEG(Method):
         hp, bound = self.hparams, float(fairness.knob)
         moment = getattr(reductions, MOMENTS[fairness.constraint])(difference_bound=bound)
         eg = reductions.ExponentiatedGradient(
-            self._estimator(seed), moment, eps=hp.eps or bound, max_iter=hp.max_iter,
+            self._estimator(session.seed), moment, eps=hp.eps or bound, max_iter=hp.max_iter,
             eta0=hp.eta0, run_linprog_step=hp.run_linprog_step,
         )  # fmt: skip
         with warnings.catch_warnings():  # fairlearn's pandas deprecations, once per oracle call
@@ -159,13 +152,13 @@ class FairlearnEG(Method):
         info = {"steps": int(eg.n_oracle_calls_), "iterations": int(eg.last_iter_) + 1,
                 "best_gap": float(eg.best_gap_), "difference_bound": bound,
                 "eps": float(hp.eps or bound), "weights": weights.tolist()}  # fmt: skip
-        dev = resolve_device(device)
+        dev = session.device
         rules = [r.to(dev) for r in rules]
         # a step here is one oracle call: a full-data logistic-regression fit
         budget = Budget(int(eg.n_oracle_calls_))
         if len(rules) == 1:  # a one-component mixture is a deterministic classifier
-            return Fitted(rules[0], dev, PrivacyLedger(), info=info, budget=budget)
-        return Fitted(rules[-1], dev, PrivacyLedger(), info=info, components=rules,
+            return Fitted(rules[0], dev, info=info, budget=budget)
+        return Fitted(rules[-1], dev, info=info, components=rules,
                       weights=weights.tolist(), budget=budget)  # fmt: skip
 
     def stepper(

@@ -56,16 +56,6 @@ from pydantic import Field, model_validator
 
 from fairbench import constraints
 from fairbench.errors import ConfigError
-from fairbench.methods._training import (
-    calibrated_quantity,
-    calibrated_schedule,
-    check_one_free_quantity,
-    generator,
-    init_model,
-    poisson_batches,
-    schedule_budget,
-    train_tensors,
-)
 from fairbench.methods.base import (
     Device,
     FairnessSpec,
@@ -74,13 +64,20 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
-from fairbench.models.grad_sample import ClippedGradients
-from fairbench.privacy import (
-    PrivacyBudget,
-    PrivacyLedger,
+from fairbench.methods.engine import (
+    Schedule,
+    calibrated,
+    check_one_free_quantity,
+    expected_batch,
+    init_model,
+    run_steps,
+    train_tensors,
+    uncalibrated,
 )
+from fairbench.models.grad_sample import PerSampleGradients
+from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.noise import add_gaussian_noise, add_laplace_noise
+from fairbench.privacy.session import Batch, PrivacySession
 from fairbench.task import Task
 
 
@@ -144,6 +141,8 @@ class SGDAHparams(TrainingHparams):
 
 
 DEFAULT_NOISE_MULTIPLIER = 4.0
+HISTOGRAM = "raco-dp: Laplace prediction histogram"
+GRADIENT = "raco-dp: Gaussian sum of clipped Lagrangian gradients"
 
 
 class RaCODPHparams(SGDAHparams):
@@ -185,18 +184,27 @@ class SGDA(Method):
     Hparams = SGDAHparams
     hparams: SGDAHparams
 
-    def schedule(self, n: int, privacy: PrivacyBudget | None) -> tuple[float, int, float, float]:
-        """(sampling rate, steps, noise multiplier, Laplace scale); zeros mean no noise."""
-        q = min(1.0, self.hparams.batch_size / n)
-        return q, max(1, round(self.hparams.epochs / q)), 0.0, 0.0
+    def schedule(self, n: int, privacy: PrivacyBudget | None) -> Schedule:
+        """Sampling rate and steps from `epochs`, no noise."""
+        return uncalibrated(self.hparams, n)
 
-    def _setup(self, task: Task, privacy, fairness: FairnessSpec, seed: int, device: Device):
-        if self.private and privacy is None:
-            raise ConfigError(f"method {self.name} is private: give it a target epsilon")
+    def laplace_scale(self) -> float:
+        """The histogram's Laplace scale (0: exact histograms)."""
+        return 0.0
+
+    def plan(self, schedule: Schedule) -> PrivacyLedger:
+        """Per step a Laplace histogram and a Gaussian gradient sum on one Poisson batch."""
+        plan = PrivacyLedger()
+        if self.private:
+            plan.record(f"{HISTOGRAM} + {GRADIENT}", sgd_steps(
+                schedule.sampling_rate, schedule.noise_multiplier, schedule.steps,
+                self.laplace_scale()))  # fmt: skip
+        return plan
+
+    def _partition(self, task: Task, fairness: FairnessSpec):
+        """The constraint set and each training record's part of its partition."""
         if fairness.knob is None:
             raise ConfigError(f"method {self.name} needs gamma values: give the method `knobs`")
-        hp = self.hparams
-        dev = resolve_device(device)
         cs = constraints.build(fairness.constraint, fairness.definition, task.n_classes,
                                task.n_groups, fairness.knob)  # fmt: skip
         parts = cs.parts_of(task.train.y, task.train.s)
@@ -206,78 +214,63 @@ class SGDA(Method):
                 f"constraint set {cs.name!r}: partition part {empty[0]} has no training "
                 "record; merge groups or choose another partition"
             )
-        model = init_model(hp, task, seed, dev)
+        return cs, parts
+
+    def _program(self, task: Task, fairness: FairnessSpec, session: PrivacySession):
+        """(model, schedule, step, final lambda): the trial's model and its one-batch update."""
+        hp, dev = self.hparams, session.device
+        cs, parts = self._partition(task, fairness)
+        model = init_model(hp, task, session.seed, dev)
         x, y = train_tensors(task, dev)
         part = torch.as_tensor(parts, dtype=torch.int64, device=dev)
-        n = len(y)
-        q, steps, sigma, laplace = self.schedule(n, privacy)
-        gen = generator(seed, dev)
-        next_batch = poisson_batches(n, q, gen, dev)
+        schedule = self.schedule(len(y), session.budget)
+        histogram = session.laplace_histogram(HISTOGRAM, self.laplace_scale())
+        gradient_sum = session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
         rates = constraints.TorchRates(cs, dev)
-        clipped = ClippedGradients(model)
+        per_sample = PerSampleGradients(model)
         params = list(model.parameters())
         lam = torch.zeros(cs.n_constraints, device=dev)
-        scale = q * n  # r|D|
+        scale = expected_batch(schedule, len(y))  # r|D|
 
-        def step() -> None:
+        def step(batch: Batch) -> None:
             nonlocal lam
-            idx = next_batch()
-            xb, yb, pb = (t.index_select(0, idx) for t in (x, y, part))
+            xb, yb, pb = (t.index_select(0, batch.indices) for t in (x, y, part))
             with torch.no_grad():
                 logits = model(xb)
                 soft = torch.softmax(hp.temperature * logits, dim=1)
                 contrib = rate_contributions(soft, logits, hp.dual_rates == "hard")
-                hist = prediction_histogram(contrib, pb, cs.n_parts)
-                if laplace > 0:
-                    hist = add_laplace_noise(hist, laplace, gen)
+                hist = histogram(contrib, pb, cs.n_parts, batch)
                 sizes = rates.sizes(hist, hp.min_count)
                 coef = rates.coefficients(lam, sizes) * scale
             loss = RateLagrangian(yb, coef.index_select(0, pb), hp.temperature, soft)
-            sums = clipped(xb, loss, hp.clip_norm, logits=logits)
-            if sigma > 0:
-                sums = add_gaussian_noise(sums, sigma * hp.clip_norm, gen)
+            sums = gradient_sum(per_sample(xb, loss, logits=logits), batch)
             with torch.no_grad():
                 for p, g in zip(params, sums, strict=True):
                     p.sub_(hp.lr / scale * g)
                 gap = rates.values(hist, sizes) - rates.gamma
                 lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
 
-        ledger = PrivacyLedger()
-        if self.private:
-            ledger.record(
-                "raco-dp: per step a Laplace prediction histogram and a Gaussian sum of "
-                "clipped Lagrangian gradients, on one Poisson batch",
-                sgd_steps(q, sigma, steps, laplace),
-            )
-        info = {"steps": steps, "sampling_rate": q, "noise_multiplier": sigma,
-                "laplace_scale": laplace, "clip_norm": hp.clip_norm, "gamma": fairness.knob,
-                "n_constraints": cs.n_constraints}  # fmt: skip
-        return model, dev, step, ledger, info, lambda: lam
+        return model, schedule, step, lambda: lam, cs
 
-    def fit(
-        self,
-        task: Task,
-        privacy: PrivacyBudget | None,
-        fairness: FairnessSpec,
-        seed: int,
-        device: Device = "cpu",
-    ) -> Fitted:
-        model, dev, step, ledger, info, final_lambda = self._setup(
-            task, privacy, fairness, seed, device
-        )
-        for _ in range(info["steps"]):
-            step()
-        info["lambda"] = final_lambda().cpu().tolist()
-        laplace = {"laplace": info["laplace_scale"]} if self.private else {}
-        budget = schedule_budget(info["sampling_rate"], info["steps"], info["noise_multiplier"],
-                                 calibrated_quantity(self.hparams), **laplace)  # fmt: skip
-        return Fitted(model, dev, ledger, info=info, budget=budget)
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+        model, schedule, step, final_lambda, cs = self._program(task, fairness, session)
+        run_steps(session, len(task.train), schedule, step, self.plan(schedule))
+        hp, laplace = self.hparams, self.laplace_scale()
+        info = {**schedule.info(), "laplace_scale": laplace, "clip_norm": hp.clip_norm,
+                "gamma": fairness.knob, "n_constraints": cs.n_constraints,
+                "lambda": final_lambda().cpu().tolist()}  # fmt: skip
+        budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
+        return Fitted(model, session.device, info=info, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
-        return self._setup(task, privacy, FairnessSpec("demographic_parity", 0.05), seed,
-                           device)[2]  # fmt: skip
+        session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
+        fairness = FairnessSpec("demographic_parity", 0.05)
+        _, schedule, step, _, _ = self._program(task, fairness, session)
+        session.submit_plan(self.plan(schedule))
+        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
+        return lambda: step(next_batch())
 
 
 class RaCODP(SGDA):
@@ -287,6 +280,8 @@ class RaCODP(SGDA):
     Hparams = RaCODPHparams
     hparams: RaCODPHparams
 
-    def schedule(self, n: int, privacy: PrivacyBudget | None) -> tuple[float, int, float, float]:
-        q, steps, sigma = calibrated_schedule(self.hparams, n, privacy, self.hparams.laplace_scale)
-        return q, steps, sigma, self.hparams.laplace_scale
+    def schedule(self, n: int, privacy: PrivacyBudget | None) -> Schedule:
+        return calibrated(self.hparams, n, privacy, self.hparams.laplace_scale)
+
+    def laplace_scale(self) -> float:
+        return self.hparams.laplace_scale

@@ -1,18 +1,17 @@
-"""Clipped sums of per-sample gradients.
+"""Per-sample gradients, as contributions for the privacy session's clipped sums.
 
 Linear models take a closed-form fast path: for any per-sample loss that depends on a sample
 only through its logits z_i = W x_i + b, the per-sample gradient is g_i (x) [x_i, 1] with
 g_i = dloss_i/dz_i, so ||grad_i|| = ||g_i|| sqrt(||x_i||^2 + 1) and the clipped sum is one
-matrix product; no per-sample gradient is ever materialised. Other models use opacus's
-hook-based per-sample gradients (the generic engine, and the oracle the fast path is tested
-against).
+matrix product (`OuterProducts`); no per-sample gradient is ever materialised. Other models
+use opacus's hook-based per-sample gradients (the generic engine, and the oracle the fast path
+is tested against).
 A loss object may offer `logit_grad(logits)`, the closed form of dloss_i/dz_i; otherwise one
 autograd pass over the logits computes it.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from typing import Literal
@@ -23,7 +22,7 @@ from opacus import GradSampleModule
 from torch import nn
 
 from fairbench.models import LogisticRegression
-from fairbench.privacy.clipping import clip_and_sum, clip_factors
+from fairbench.privacy.contributions import Contributions, OuterProducts, Rows
 
 # opacus's hooks fire on a module whose inputs need no gradient (the data); torch warns each
 # time, though the per-sample parameter gradients are exactly what is wanted.
@@ -48,8 +47,10 @@ class CrossEntropy:
         return grad
 
 
-class ClippedGradients:
-    """Computes sum_i clip(grad loss_i, C) over a batch for one model."""
+class PerSampleGradients:
+    """Each record's gradient of its loss for one model, as `Contributions` for a clipped-sum
+    mechanism: factored outer products on the linear fast path, opacus's per-sample gradients
+    (one tensor per parameter, in `parameters()` order) otherwise."""
 
     def __init__(self, model: nn.Module, engine: Literal["auto", "opacus"] = "auto") -> None:
         self.model = model
@@ -60,24 +61,17 @@ class ClippedGradients:
         )
 
     def __call__(
-        self,
-        x: torch.Tensor,
-        per_sample_loss: PerSampleLoss,
-        max_norm: float,
-        logits: torch.Tensor | None = None,
-    ) -> list[torch.Tensor]:
-        """Clipped gradient sum, one tensor per parameter of the model (in `parameters()` order).
-
-        `logits`, when the caller already has them for `x` at the current parameters, spare the
-        linear path a forward pass. `max_norm=inf` disables clipping (non-private twins).
-        """
-        if x.shape[0] == 0:  # a Poisson batch may be empty: the sum is zero
-            return [torch.zeros_like(p) for p in self.model.parameters()]
+        self, x: torch.Tensor, per_sample_loss: PerSampleLoss, logits: torch.Tensor | None = None
+    ) -> Contributions:
+        """`logits`, when the caller already has them for `x` at the current parameters, spare
+        the linear path a forward pass."""
         if self.linear is not None:
-            return self._linear(x, per_sample_loss, max_norm, logits)
-        return self._generic(x, per_sample_loss, max_norm)
+            return self._linear(x, per_sample_loss, logits)
+        if x.shape[0] == 0:  # a Poisson batch may be empty: no record contributes
+            return Rows([p.new_zeros((0, *p.shape)) for p in self.model.parameters()])
+        return self._generic(x, per_sample_loss)
 
-    def _linear(self, x, per_sample_loss, max_norm, logits):
+    def _linear(self, x, per_sample_loss, logits) -> OuterProducts:
         if logits is None:
             with torch.no_grad():
                 logits = self.linear(x)
@@ -88,19 +82,16 @@ class ClippedGradients:
         else:
             logits.requires_grad_(True)
             (g,) = torch.autograd.grad(per_sample_loss(logits).sum(), logits)
-        if math.isfinite(max_norm):
-            norms = g.norm(dim=1) * torch.sqrt((x * x).sum(dim=1) + 1.0)
-            g = g * clip_factors(norms, max_norm)[:, None]
-        return [g.T @ x, g.sum(dim=0)]
+        return OuterProducts(g, x)
 
-    def _generic(self, x, per_sample_loss, max_norm):
+    def _generic(self, x, per_sample_loss) -> Rows:
         params = [p for p in self._gsm.parameters() if p.requires_grad]
         for p in params:
             p.grad = None
             p.grad_sample = None
         per_sample_loss(self._gsm(x)).sum().backward()
-        grads = clip_and_sum([p.grad_sample for p in params], max_norm)
+        rows = Rows([p.grad_sample for p in params])
         for p in params:
             p.grad = None
             p.grad_sample = None
-        return grads
+        return rows

@@ -16,7 +16,9 @@ from fairbench import constraints, metrics
 from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
-from fairbench.privacy import PrivacyBudget
+from fairbench.methods.base import resolve_device
+from fairbench.privacy import PrivacyBudget, PrivacyLedger
+from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.privacy.crosscheck import check_ledger
 from fairbench.runner.stamp import stamp
 from fairbench.task import Split, Task
@@ -167,13 +169,11 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
     start = time.perf_counter()
     fairness = FairnessSpec(spec.constraint, spec.knob, spec.constraint_definition)
-    fitted = method.fit(task, privacy, fairness, spec.seed, spec.device)
+    session = PrivacySession(spec.seed, resolve_device(spec.device), privacy)
+    fitted = method.fit(task, privacy, fairness, spec.seed, spec.device, session=session)
     wall = time.perf_counter() - start
+    fitted.ledger = recorded_ledger(spec, session, fitted.target_accounting)
     spent = fitted.ledger.epsilon(spec.delta)
-    if privacy is not None and spent > privacy.epsilon and fitted.target_accounting == "suite":
-        raise RuntimeError(
-            f"{spec.method} spent epsilon {spent:.6g} > target {privacy.epsilon}: a calibration bug"
-        )
     if task.kind == "regression" or spec.constraint == "bounded_group_loss":
         val = evaluate_group_loss(fitted, task.val, task, spec.knob)
         test = evaluate_group_loss(fitted, task.test, task, spec.knob)
@@ -187,6 +187,21 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     val = evaluate(fitted, task.val, task, rate_set, builtin)
     test = evaluate(fitted, task.test, task, rate_set, builtin)
     return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
+
+
+def recorded_ledger(spec: TrialSpec, session: PrivacySession, accounting: str) -> PrivacyLedger:
+    """The trial's ledger: what its session recorded, refused (`PrivacyContractError`) when it
+    differs from the method's plan or spends more than the target epsilon."""
+    ledger = session.ledger()
+    check_plan(spec.method, session.plan, ledger)
+    if spec.epsilon is not None and accounting == "suite":
+        spent = ledger.epsilon(spec.delta)
+        if spent > spec.epsilon:
+            raise PrivacyContractError(
+                f"method {spec.method} spent epsilon {spent:.6g} > target {spec.epsilon}: its "
+                "plan overspends the budget (a calibration bug)"
+            )
+    return ledger
 
 
 def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> dict[str, Any]:

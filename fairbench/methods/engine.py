@@ -1,0 +1,141 @@
+"""The training engine the gradient-trained methods share.
+
+The engine owns what is the same for every method: the model and tensors on the trial's
+device, the step schedule calibrated to the target (one `Schedule`), the plan submitted to the
+privacy session before anything is drawn, Poisson batches from the session, and the loop.
+A method supplies what is its own: its plan (the events one step releases, times the steps)
+and `step(batch)`, its update from statistics drawn through the session's mechanisms, which
+clip and noise them (`fairbench.privacy.session`).
+
+A step is a tensor program over one batch with no Python per record, so a later change can
+stack trials (seeds x knob values) along a leading axis without changing the contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from fairbench.errors import ConfigError
+from fairbench.methods.base import Budget, TrainingHparams
+from fairbench.models import build_model
+from fairbench.privacy import (
+    PrivacyBudget,
+    PrivacyLedger,
+    calibrate_noise_multiplier,
+    calibrate_steps,
+)
+from fairbench.privacy.accountant import PLAIN, StepShape, at_search_bound
+from fairbench.privacy.session import Batch, PrivacyNotion, PrivacySession
+from fairbench.task import Task
+
+
+def init_model(hp: TrainingHparams, task: Task, seed: int, device: torch.device) -> nn.Module:
+    """The classifier, initialised from `seed` alone (the global torch RNG is left untouched)."""
+    if task.kind != "classification":
+        raise ConfigError(
+            f"{task.name} is a {task.kind} task and this method trains classifiers; choose the "
+            "classification task in the dataset's options"
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(hp.model, task.n_features, task.n_classes, hp.hidden)
+    return model.to(device)
+
+
+def train_tensors(task: Task, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training features and class labels on the device."""
+    x = torch.as_tensor(task.train.X, dtype=torch.float32, device=device)
+    y = torch.as_tensor(task.train.y, dtype=torch.int64, device=device)
+    return x, y
+
+
+def check_one_free_quantity(hp: TrainingHparams) -> None:
+    """`calibrate: noise` solves for sigma, `calibrate: steps` for the step count given
+    `noise_multiplier`: exactly one of the two is free (a pydantic validator's check)."""
+    if hp.calibrate == "steps" and hp.noise_multiplier is None:
+        raise ValueError("calibrate: steps needs noise_multiplier")
+    if hp.calibrate == "noise" and hp.noise_multiplier is not None:
+        raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the loop runs: `steps` Poisson batches at `sampling_rate`, Gaussian releases at
+    `noise_multiplier` (0: a non-private run), `calibrated` naming the solved quantity."""
+
+    sampling_rate: float
+    steps: int
+    noise_multiplier: float = 0.0
+    calibrated: str | None = None
+
+    def budget(self, steps: int | None = None, **other_noise: float) -> Budget:
+        """The trial's `Budget`: the Gaussian noise under `gradient`, other releases' scales by
+        name; `steps` when fewer were run than scheduled."""
+        steps = self.steps if steps is None else steps
+        if self.noise_multiplier <= 0:
+            return Budget(int(steps), float(self.sampling_rate))
+        return Budget(
+            steps=int(steps),
+            sampling_rate=float(self.sampling_rate),
+            noise={"gradient": float(self.noise_multiplier)}
+            | {k: float(v) for k, v in other_noise.items()},
+            calibrated=self.calibrated,
+            at_bound=at_search_bound(steps, self.noise_multiplier),
+        )
+
+    def info(self) -> dict[str, float | int]:
+        return {"steps": self.steps, "sampling_rate": self.sampling_rate,
+                "noise_multiplier": self.noise_multiplier}  # fmt: skip
+
+
+def uncalibrated(hp: TrainingHparams, n: int) -> Schedule:
+    """Steps from `epochs` at the expected batch size, no noise (non-private twins)."""
+    q = min(1.0, hp.batch_size / n)
+    return Schedule(q, max(1, round(hp.epochs / q)))
+
+
+def calibrated(
+    hp: TrainingHparams,
+    n: int,
+    privacy: PrivacyBudget,
+    laplace_scale: float | None = None,
+    shape: StepShape = PLAIN,
+) -> Schedule:
+    """The schedule meeting the budget on n training records: steps from `epochs` and sigma
+    solved (`calibrate: noise`), or sigma fixed and the largest step count solved
+    (`calibrate: steps`)."""
+    q = min(1.0, hp.batch_size / n)
+    eps, delta = privacy.epsilon, privacy.delta
+    if hp.calibrate == "noise":
+        steps = max(1, round(hp.epochs / q))
+        sigma = calibrate_noise_multiplier(q, steps, eps, delta, laplace_scale, shape)
+        return Schedule(q, steps, sigma, "noise_multiplier")
+    sigma = float(hp.noise_multiplier)
+    steps = calibrate_steps(q, sigma, eps, delta, laplace_scale, shape)
+    return Schedule(q, steps, sigma, "steps")
+
+
+def run_steps(
+    session: PrivacySession,
+    n: int,
+    schedule: Schedule,
+    step: Callable[[Batch], None],
+    plan: PrivacyLedger,
+    notion: PrivacyNotion = PrivacyNotion.FULL,
+    steps: int | None = None,
+) -> None:
+    """Submit `plan`, then run `step` on `steps` (default: the schedule's) Poisson batches
+    drawn by the session."""
+    session.submit_plan(plan, notion)
+    next_batch = session.poisson(n, schedule.sampling_rate)
+    for _ in range(schedule.steps if steps is None else steps):
+        step(next_batch())
+
+
+def expected_batch(schedule: Schedule, n: int) -> float:
+    """q n: the public normaliser of a Poisson batch's noisy sum (not the realised size)."""
+    return schedule.sampling_rate * n

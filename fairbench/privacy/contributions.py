@@ -1,0 +1,107 @@
+"""Per-record contributions to a sum, in the shapes the methods produce them, and the suite's
+one clipping rule.
+
+A private sum is sum_i clip(v_i, C): each record's contribution scaled to l2 norm at most C.
+Mechanisms (`fairbench.privacy.session`) clip; methods only say what the contributions are.
+Three shapes cover every method:
+
+- `Rows`: one array per record (or several arrays whose per-record parts form one vector,
+  e.g. opacus per-sample gradients, one tensor per parameter), torch or numpy.
+- `OuterProducts`: v_i = a_i (x) [x_i, 1], the gradient of a linear model's per-record loss
+  (a_i = dloss_i / dlogits). Never materialised: ||v_i|| = ||a_i|| sqrt(||x_i||^2 + 1) and the
+  clipped sum is one matrix product.
+- `Scattered`: rows that add into one of `n_targets` slots by index (per-cell matrices).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+Array = torch.Tensor | np.ndarray
+
+
+def clip_factors(norms: Array, max_norm: float) -> Array:
+    """Per-record scale factors min(1, C / ||v_i||): clipped contributions have norm <= C."""
+    if isinstance(norms, np.ndarray):
+        return np.minimum(max_norm / (norms + 1e-12), 1.0)
+    return (max_norm / (norms + 1e-12)).clamp(max=1.0)
+
+
+class Contributions(Protocol):
+    """What a clipped-sum mechanism needs: each record's norm and the weighted sum."""
+
+    def norms(self) -> Array: ...
+
+    def weighted_sum(self, factors: Array | None) -> list[Array]:
+        """sum_i f_i v_i, one array per part; `factors` None: unweighted."""
+        ...
+
+
+@dataclass(frozen=True)
+class Rows:
+    """`parts[j]` holds record i's j-th part at index i (batch first)."""
+
+    parts: list[Array]
+
+    @classmethod
+    def of(cls, array: Array) -> Rows:
+        return cls([array])
+
+    def norms(self) -> Array:
+        if isinstance(self.parts[0], np.ndarray):
+            flat = np.concatenate([p.reshape(len(p), -1) for p in self.parts], axis=1)
+            return np.linalg.norm(flat, axis=1)
+        return torch.cat([p.reshape(p.shape[0], -1) for p in self.parts], dim=1).norm(dim=1)
+
+    def weighted_sum(self, factors: Array | None) -> list[Array]:
+        if factors is None:
+            return [p.sum(0) for p in self.parts]
+        if isinstance(self.parts[0], np.ndarray):
+            return [np.tensordot(factors, p, axes=1) for p in self.parts]
+        return [torch.einsum("b,b...->...", factors, p) for p in self.parts]
+
+
+@dataclass(frozen=True)
+class OuterProducts:
+    """v_i = a_i (x) [x_i, 1] for a (B, K) and x (B, d): the weight and bias gradients of a
+    linear layer, summed as [(f a)^T x, sum f a]."""
+
+    a: torch.Tensor
+    x: torch.Tensor
+
+    def norms(self) -> torch.Tensor:
+        return self.a.norm(dim=1) * torch.sqrt((self.x * self.x).sum(dim=1) + 1.0)
+
+    def weighted_sum(self, factors: torch.Tensor | None) -> list[torch.Tensor]:
+        a = self.a if factors is None else self.a * factors[:, None]
+        return [a.T @ self.x, a.sum(dim=0)]
+
+
+@dataclass(frozen=True)
+class Scattered:
+    """Record i's row `rows[i]` adds into slot `index[i]` of an (n_targets, ...) array."""
+
+    rows: torch.Tensor
+    index: torch.Tensor
+    n_targets: int
+
+    def norms(self) -> torch.Tensor:
+        return self.rows.flatten(1).norm(dim=1)
+
+    def weighted_sum(self, factors: torch.Tensor | None) -> list[torch.Tensor]:
+        rows = self.rows
+        if factors is not None:
+            rows = rows * factors.reshape(-1, *([1] * (rows.dim() - 1)))
+        out = torch.zeros((self.n_targets, *rows.shape[1:]), dtype=rows.dtype, device=rows.device)
+        return [out.index_add_(0, self.index, rows)]
+
+
+def clipped_sum(contributions: Contributions, max_norm: float) -> list[Array]:
+    """sum_i clip(v_i, max_norm): the one clipping implementation (inf: no clipping)."""
+    if not np.isfinite(max_norm):
+        return contributions.weighted_sum(None)
+    return contributions.weighted_sum(clip_factors(contributions.norms(), max_norm))

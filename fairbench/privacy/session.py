@@ -1,0 +1,373 @@
+"""A trial's privacy session: the only source of privacy noise, and the ledger it writes.
+
+The ledger is produced by the noise, not declared beside it. A method obtains its mechanisms
+(clipped Gaussian sums, Gaussian counts, Laplace histograms, Analyze-Gauss Gram matrices)
+and its Poisson sampler from the session; every mechanism call draws its noise and records
+its DpEvent at that moment, tagged with the batch it read. Before the first draw the method
+submits its plan (the events it will run). `check_plan` compares what was recorded with
+what was planned; the runner refuses to store a trial where they differ.
+
+Mechanisms bound sensitivities themselves: a sum clips each record's contribution (the suite's
+one clipping rule, `contributions.clipped_sum`), a count builds its counts from cell indices,
+a histogram refuses rows of l1 norm above 1. The recorded noise multiplier is the one the
+noise was drawn with, so a variant that draws less noise than it planned, releases something
+it did not plan, runs an extra step or widens a clip records exactly that.
+
+Ledger form. Releases on one Poisson batch share its sampling: a round is
+`PoissonSampledDpEvent(q, release)` or, for several releases on the batch,
+`PoissonSampledDpEvent(q, ComposedDpEvent([...]))` (`SubstitutionSampledDpEvent` under the
+sensitive-attribute notion). Identical rounds (and identical full-data releases) are counted
+into one `SelfComposedDpEvent`; entries are ordered sampled rounds first, each sorted by its
+event's text, which is the form the calibration routines account (so epsilons agree exactly).
+
+Random streams. The session's torch generator (seeded with the trial seed, on the trial's
+device) drives Poisson sampling and torch noise in draw order; numpy mechanisms draw from a
+numpy generator seeded with (seed, 20231). Named, independent streams are issue 19's change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+import torch
+from dp_accounting import dp_event
+
+from fairbench.errors import FairbenchError
+from fairbench.privacy.budget import PrivacyBudget
+from fairbench.privacy.contributions import Array, Contributions, clipped_sum
+from fairbench.privacy.ledger import PrivacyLedger
+from fairbench.privacy.noise import (
+    add_gaussian_noise,
+    add_laplace_noise,
+    gaussian_release,
+    symmetric_gaussian_release,
+)
+from fairbench.privacy.pld import SubstitutionSampledDpEvent
+from fairbench.privacy.sampling import poisson_batches, shuffled_batches
+
+NUMPY_SALT = 20231
+L1_ROUNDING = 1e-6  # a float32 softmax row sums to 1 within this
+
+
+class PrivacyNotion(str, Enum):
+    """Which neighbouring datasets a trial's guarantee is stated for."""
+
+    FULL = "full"  # add or remove one whole record
+    SENSITIVE_ATTRIBUTE = "sensitive-attribute"  # one record's group substituted
+    NONE = "non-private"
+
+
+class PrivacyContractError(FairbenchError):
+    """A method drew noise outside its plan, or its recorded events differ from the plan."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Indices of one sampled batch; `rate` None marks a full, unsampled pass."""
+
+    indices: torch.Tensor
+    rate: float | None
+    round: int
+
+
+@dataclass(frozen=True)
+class Release:
+    """One noisy release as drawn: its unsampled event and where it read."""
+
+    label: str
+    event: dp_event.DpEvent
+    round: int | None  # the Poisson round it read; None: the whole dataset
+    rate: float | None
+    group: int | None  # the only group whose records it read (None: all)
+
+
+@dataclass
+class PrivacySession:
+    """One trial's noise and ledger. `budget` None: a non-private trial, whose mechanisms
+    return exact statistics and record nothing."""
+
+    seed: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    budget: PrivacyBudget | None = None
+    releases: list[Release] = field(default_factory=list)
+    plan: PrivacyLedger | None = None
+    notion: PrivacyNotion = PrivacyNotion.FULL
+
+    def __post_init__(self) -> None:
+        self.device = torch.device(self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self.numpy_rng = np.random.default_rng([self.seed, NUMPY_SALT])
+        self._rounds = 0
+        if self.budget is None:
+            self.notion = PrivacyNotion.NONE
+
+    @property
+    def private(self) -> bool:
+        return self.budget is not None
+
+    # -- the plan -----------------------------------------------------------------------------
+    def submit_plan(self, plan: PrivacyLedger, notion: PrivacyNotion = PrivacyNotion.FULL) -> None:
+        """Declare the events this trial will run, before any noise is drawn. A plan may be
+        extended (`extend_plan`) by releases whose parameters depend on earlier noisy output."""
+        if self.plan is not None:
+            raise PrivacyContractError("a plan was already submitted; use extend_plan")
+        self.plan = PrivacyLedger(list(plan.entries), plan.parallel_groups)
+        if self.private:
+            self.notion = notion
+
+    def extend_plan(self, entries: PrivacyLedger) -> None:
+        """Add planned entries after an adaptive stage (e.g. budgets set by noisy outputs)."""
+        if self.plan is None:
+            raise PrivacyContractError("submit a plan before extending it")
+        self.plan.entries.extend(entries.entries)
+
+    # -- sampling -----------------------------------------------------------------------------
+    def poisson(self, n: int, rate: float) -> Callable[[], Batch]:
+        """Poisson batches (each record independently with probability `rate`), the sampling
+        the accountant amplifies by; batches are numbered so releases can name theirs."""
+        draw = poisson_batches(n, rate, self.generator, self.device)
+
+        def next_batch() -> Batch:
+            self._rounds += 1
+            return Batch(draw(), rate, self._rounds)
+
+        return next_batch
+
+    def shuffled(self, n: int, batch_size: int) -> Callable[[], Batch]:
+        """Batches from a fresh permutation each epoch: non-private trials only (shuffling
+        gives no amplification the accountant models)."""
+        if self.private:
+            raise PrivacyContractError("a private trial samples Poisson batches, not shuffles")
+        draw = shuffled_batches(n, batch_size, self.generator, self.device)
+        return lambda: Batch(draw(), None, 0)
+
+    # -- mechanisms ---------------------------------------------------------------------------
+    def gaussian_sum(
+        self, label: str, clip: float, noise_multiplier: float, group: int | None = None
+    ) -> GaussianSum:
+        return GaussianSum(self, label, clip, noise_multiplier, group)
+
+    def gaussian_counts(
+        self, label: str, noise_multiplier: float, group: int | None = None
+    ) -> GaussianCounts:
+        return GaussianCounts(self, label, noise_multiplier, group)
+
+    def laplace_histogram(self, label: str, scale: float) -> LaplaceHistogram:
+        return LaplaceHistogram(self, label, scale)
+
+    def gaussian_gram(self, label: str, clip: float, noise_multiplier: float) -> GaussianGram:
+        return GaussianGram(self, label, clip, noise_multiplier)
+
+    def substitution_factor(self, substituted: float) -> float:
+        """How far one neighbour moves a per-record quantity bounded by 1 under add/remove:
+        1, or `substituted` when neighbours swap one record's group (2 for a clipped vector,
+        sqrt 2 for a count vector, whose record leaves one cell and enters another)."""
+        return substituted if self.notion is PrivacyNotion.SENSITIVE_ATTRIBUTE else 1.0
+
+    def _record(self, label: str, event, batch: Batch | None, group: int | None) -> None:
+        if self.plan is None:
+            raise PrivacyContractError(
+                f"undeclared release {label!r}: submit the trial's plan before drawing noise"
+            )
+        rate = None if batch is None else batch.rate
+        round_ = None if batch is None or batch.rate is None else batch.round
+        self.releases.append(Release(label, event, round_, rate, group))
+
+    def _check_noise(self, label: str, noise_multiplier: float, sensitivity: float) -> bool:
+        """True when noise is to be drawn; a private session refuses a noiseless release."""
+        if not self.private:
+            return False
+        if not (noise_multiplier > 0 and math.isfinite(sensitivity)):
+            raise PrivacyContractError(
+                f"release {label!r}: a private trial needs a noise multiplier > 0 and a finite "
+                f"sensitivity (got {noise_multiplier}, {sensitivity})"
+            )
+        return True
+
+    # -- the ledger ---------------------------------------------------------------------------
+    def ledger(self) -> PrivacyLedger:
+        """What was recorded, in the accountant's form (see the module docstring)."""
+        parallel = self.plan.parallel_groups if self.plan is not None else False
+        return ledger_of(self.releases, self.notion, parallel)
+
+
+class GaussianSum:
+    """sum_i clip(v_i, clip) + N(0, (noise_multiplier * sensitivity)^2 I), where the
+    sensitivity is the clip (twice it when neighbours substitute a record's group)."""
+
+    def __init__(self, session, label, clip, noise_multiplier, group) -> None:
+        self.session, self.label, self.clip = session, label, clip
+        self.noise_multiplier, self.group = noise_multiplier, group
+
+    def __call__(self, contributions: Contributions, batch: Batch | None = None) -> list[Array]:
+        sums = clipped_sum(contributions, self.clip)
+        sensitivity = self.clip * self.session.substitution_factor(2.0)
+        if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
+            return sums
+        std = self.noise_multiplier * sensitivity
+        if isinstance(sums[0], np.ndarray):
+            noisy = [gaussian_release(s, std, self.session.numpy_rng) for s in sums]
+        else:
+            noisy = add_gaussian_noise(sums, std, self.session.generator)
+        event = dp_event.GaussianDpEvent(self.noise_multiplier)
+        self.session._record(self.label, event, batch, self.group)
+        return noisy
+
+
+class GaussianCounts:
+    """How many records fall in each of `n_cells` cells, plus N(0, (nm * sensitivity)^2) per
+    cell. Each record is in one cell, so the l2 sensitivity is 1 (sqrt 2 under substitution)."""
+
+    def __init__(self, session, label, noise_multiplier, group) -> None:
+        self.session, self.label = session, label
+        self.noise_multiplier, self.group = noise_multiplier, group
+
+    def __call__(self, cells: Array, n_cells: int, batch: Batch | None = None) -> Array:
+        if isinstance(cells, np.ndarray):
+            counts = np.bincount(cells, minlength=n_cells).astype(np.float64)
+        else:
+            ones = torch.ones(len(cells), dtype=torch.float64, device=cells.device)
+            counts = torch.zeros(n_cells, dtype=torch.float64, device=cells.device)
+            counts.index_add_(0, cells, ones)
+        sensitivity = self.session.substitution_factor(math.sqrt(2))
+        if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
+            return counts
+        std = self.noise_multiplier * sensitivity
+        if isinstance(counts, np.ndarray):
+            noisy = gaussian_release(counts, std, self.session.numpy_rng)
+        else:
+            noisy = add_gaussian_noise([counts], std, self.session.generator)[0]
+        self.session._record(self.label, dp_event.GaussianDpEvent(self.noise_multiplier), batch,
+                             self.group)  # fmt: skip
+        return noisy
+
+
+class LaplaceHistogram:
+    """H[q, k] = sum of the batch's rows in part q, plus Laplace(scale * sensitivity) per cell.
+    Every row must have l1 norm at most 1 (l1 sensitivity 1; 2 under substitution)."""
+
+    def __init__(self, session, label, scale) -> None:
+        self.session, self.label, self.scale = session, label, scale
+
+    def __call__(
+        self, rows: torch.Tensor, parts: torch.Tensor, n_parts: int, batch: Batch | None = None
+    ) -> torch.Tensor:
+        hist = torch.zeros((n_parts, rows.shape[1]), dtype=rows.dtype, device=rows.device)
+        hist.index_add_(0, parts, rows)
+        sensitivity = self.session.substitution_factor(2.0)
+        if not self.session._check_noise(self.label, self.scale, sensitivity):
+            return hist
+        if len(rows) and float(rows.abs().sum(dim=1).max()) > 1 + L1_ROUNDING:
+            raise PrivacyContractError(
+                f"release {self.label!r}: a histogram row has l1 norm above 1; its sensitivity "
+                "would exceed the declared one"
+            )
+        noisy = add_laplace_noise(hist, self.scale * sensitivity, self.session.generator)
+        self.session._record(self.label, dp_event.LaplaceDpEvent(self.scale), batch, None)
+        return noisy
+
+
+class GaussianGram:
+    """Analyze-Gauss: sum_i z_i z_i^T over rows clipped to l2 norm `clip`, plus symmetric
+    Gaussian noise (one record moves the matrix by at most clip^2 in Frobenius norm)."""
+
+    def __init__(self, session, label, clip, noise_multiplier) -> None:
+        self.session, self.label, self.clip = session, label, clip
+        self.noise_multiplier = noise_multiplier
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        norms = np.linalg.norm(rows, axis=1)
+        zc = rows * np.minimum(self.clip / (norms + 1e-12), 1.0)[:, None]
+        gram = zc.T @ zc
+        sensitivity = self.clip**2 * self.session.substitution_factor(2.0)
+        if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
+            return gram
+        std = self.noise_multiplier * sensitivity
+        noisy = symmetric_gaussian_release(gram, std, self.session.numpy_rng)
+        self.session._record(self.label, dp_event.GaussianDpEvent(self.noise_multiplier), None,
+                             None)  # fmt: skip
+        return noisy
+
+
+def ledger_of(
+    releases: list[Release], notion: PrivacyNotion, parallel_groups: bool = False
+) -> PrivacyLedger:
+    """Releases grouped into rounds (one per Poisson batch, or one per full-data release),
+    identical rounds counted into self-compositions."""
+    sampled = SubstitutionSampledDpEvent if notion is PrivacyNotion.SENSITIVE_ATTRIBUTE else (
+        dp_event.PoissonSampledDpEvent)  # fmt: skip
+    by_round: dict[int, list[Release]] = {}
+    rounds: list[tuple[str, dp_event.DpEvent, int | None]] = []
+    for r in releases:
+        if r.round is None:
+            rounds.append((r.label, r.event, r.group))
+        else:
+            by_round.setdefault(r.round, []).append(r)
+    batched = []
+    for parts in by_round.values():
+        parts = sorted(parts, key=lambda r: repr(r.event))
+        inner = parts[0].event if len(parts) == 1 else dp_event.ComposedDpEvent(
+            [r.event for r in parts])  # fmt: skip
+        groups = {r.group for r in parts}
+        group = groups.pop() if len(groups) == 1 else None
+        batched.append((" + ".join(r.label for r in parts), sampled(parts[0].rate, inner), group))
+    events = {repr(event): event for _, event, _ in batched + rounds}
+    # DpEvents holding lists do not hash; their text does. Insertion order: sampled first
+    counted = Counter((label, repr(event), group) for label, event, group in batched + rounds)
+    ledger = PrivacyLedger(parallel_groups=parallel_groups)
+    for (label, text, group), times in counted.items():
+        event = events[text]
+        ledger.record(label, event if times == 1 else dp_event.SelfComposedDpEvent(event, times),
+                      group)  # fmt: skip
+    return ledger
+
+
+def canonical(ledger: PrivacyLedger) -> Counter[tuple[int | None, str]]:
+    """The multiset of rounds a ledger composes, by group: two ledgers with equal canonical
+    forms account the same mechanisms, however their entries are written."""
+    out: Counter[tuple[int | None, str]] = Counter()
+    for entry in ledger.entries:
+        for atom, times in _atoms(entry.event).items():
+            out[(entry.group, atom)] += times
+    return out
+
+
+def _atoms(event: dp_event.DpEvent) -> Counter[str]:
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        return Counter({k: v * event.count for k, v in _atoms(event.event).items()})
+    if isinstance(event, dp_event.ComposedDpEvent):
+        total: Counter[str] = Counter()
+        for e in event.events:
+            total += _atoms(e)
+        return total
+    if isinstance(event, dp_event.NoOpDpEvent):
+        return Counter()
+    if isinstance(event, dp_event.PoissonSampledDpEvent | SubstitutionSampledDpEvent):
+        inner = sorted(_atoms(event.event).elements())
+        return Counter({f"{type(event).__name__}({event.sampling_probability!r}, {inner})": 1})
+    return Counter({repr(event): 1})
+
+
+def check_plan(method: str, plan: PrivacyLedger | None, recorded: PrivacyLedger) -> None:
+    """Raise `PrivacyContractError` naming `method` and the first event whose count differs
+    between what it planned and what it recorded."""
+    if plan is None:
+        if recorded.entries:
+            raise PrivacyContractError(f"method {method} drew noise without a plan")
+        return
+    planned, drawn = canonical(plan), canonical(recorded)
+    if planned == drawn:
+        return
+    for key in list(drawn) + list(planned):
+        if planned[key] != drawn[key]:
+            group, atom = key
+            where = "" if group is None else f" (group {group})"
+            raise PrivacyContractError(
+                f"method {method}: recorded privacy events differ from its plan: {atom}{where} "
+                f"ran {drawn[key]} time(s), planned {planned[key]}"
+            )
