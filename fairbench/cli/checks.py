@@ -161,17 +161,23 @@ def audit(
     if as_json:
         print(json.dumps({name: dataclasses.asdict(r) | {"consistent": r.consistent}
                           for name, r in results.items()}))  # fmt: skip
-    for name, r in [] if as_json else results.items():
+    if not as_json:
+        _print_audit(results, f"{method} at claimed ε = {epsilon:g}, δ = {delta:g}",
+                     confidence, trials)  # fmt: skip
+    if failed:
+        raise typer.Exit(1)
+
+
+def _print_audit(results: dict, claim: str, confidence: float, trials: int) -> None:
+    for name, r in results.items():
         verdict = "consistent with the claim" if r.consistent else "EXCEEDS the claim"
         if name == "noise off":
             verdict = ("caught: the audit has the power to see a missing noise"
                        if not r.consistent else "NOT caught: raise --trials")  # fmt: skip
         console.print(
-            f"{name}: {method} at claimed ε = {epsilon:g}, δ = {delta:g}: empirical lower "
+            f"{name}: {claim}: empirical lower "
             f"bound ε ≥ {r.epsilon_lower_bound:.3f} ({confidence:.0%} confidence; held-out "
             f"TPR {r.true_positives}/{r.held_out}, FPR {r.false_positives}/{r.held_out}; "
             f"{2 * trials} fits in {r.seconds:.0f} s): {verdict}",
             highlight=False, markup=False, soft_wrap=True,
         )  # fmt: skip
-    if failed:
-        raise typer.Exit(1)

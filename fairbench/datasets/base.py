@@ -225,14 +225,8 @@ def build_task(
         strata = s
     train, val, test = split if split is not None else stratified_split(strata, seed)
     if preprocessing.get("n_train") is not None:
-        preprocessing = {
-            **preprocessing,
-            "train_rows_before_subsample": len(train),
-            "subsample": f"stratified on {'label x group' if label_names else 'group'}, "
-            "proportional with >= 1 row per stratum, seeded by the split seed on its own "
-            "stream; validation and test untouched",
-        }
-        train = subsample_train(train, strata, preprocessing["n_train"], seed, name)
+        train, preprocessing = _subsampled(train, strata, preprocessing, seed, name,
+                                           bool(label_names))  # fmt: skip
     _check_groups(name, s, group_names, {"train": train, "validation": val, "test": test})
     X = _features(numeric, categorical, train)
     feature_names = (*numeric.columns, *categorical.columns)
@@ -249,16 +243,27 @@ def build_task(
         label_names=tuple(label_names),
         group_names=tuple(group_names),
         sensitive_name=sensitive_name,
-        provenance=Provenance(
-            dataset=name,
-            version=version,
-            sha256=dict(sha256),
-            preprocessing={
-                **preprocessing,
-                "numeric_standardised_with": "training-split statistics (not private)",
-                "split": preprocessing.get("split", "stratified on label x group")
-                + ": 25% test, 15% of the rest validation",
-            },
-            split_seed=seed,
-        ),
-    )
+        provenance=Provenance(dataset=name, version=version, sha256=dict(sha256),
+                              preprocessing=_recorded(preprocessing), split_seed=seed),
+    )  # fmt: skip
+
+
+def _subsampled(train, strata, preprocessing, seed, name, classification: bool):
+    """The kept training rows, and the preprocessing record saying how they were kept."""
+    preprocessing = {
+        **preprocessing,
+        "train_rows_before_subsample": len(train),
+        "subsample": f"stratified on {'label x group' if classification else 'group'}, "
+        "proportional with >= 1 row per stratum, seeded by the split seed on its own "
+        "stream; validation and test untouched",
+    }
+    return subsample_train(train, strata, preprocessing["n_train"], seed, name), preprocessing
+
+
+def _recorded(preprocessing: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **preprocessing,
+        "numeric_standardised_with": "training-split statistics (not private)",
+        "split": preprocessing.get("split", "stratified on label x group")
+        + ": 25% test, 15% of the rest validation",
+    }

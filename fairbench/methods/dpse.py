@@ -90,7 +90,7 @@ from fairbench.methods.base import Budget, Device, FairnessSpec, Fitted, Hparams
 from fairbench.models import LogisticRegression
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, SEARCH_DISCRETISATION
-from fairbench.privacy.contributions import Rows
+from fairbench.privacy.contributions import Rows, clip_factors
 from fairbench.privacy.session import PrivacySession
 from fairbench.task import Task
 
@@ -182,8 +182,9 @@ def _model(theta: np.ndarray, task: Task, classify: bool) -> torch.nn.Module:
 
 
 def _clip_rows(v: np.ndarray, bound: float) -> np.ndarray:
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    return v * np.minimum(1.0, bound / np.maximum(norms, 1e-12))
+    """Rows scaled to l2 norm at most `bound` (the suite's clipping rule, here to bound the
+    design the precursor fits on; the mechanisms clip their own inputs again)."""
+    return v * clip_factors(np.linalg.norm(v, axis=1), bound)[:, None]
 
 
 class DPSE(Method):

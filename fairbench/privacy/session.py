@@ -39,7 +39,7 @@ from dp_accounting import dp_event
 
 from fairbench.errors import FairbenchError
 from fairbench.privacy.budget import PrivacyBudget
-from fairbench.privacy.contributions import Array, Contributions, clipped_sum
+from fairbench.privacy.contributions import Array, Contributions, clip_factors, clipped_sum
 from fairbench.privacy.ledger import PrivacyLedger
 from fairbench.privacy.noise import (
     add_gaussian_noise,
@@ -281,8 +281,7 @@ class GaussianGram:
         self.noise_multiplier = noise_multiplier
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        norms = np.linalg.norm(rows, axis=1)
-        zc = rows * np.minimum(self.clip / (norms + 1e-12), 1.0)[:, None]
+        zc = rows * clip_factors(np.linalg.norm(rows, axis=1), self.clip)[:, None]
         gram = zc.T @ zc
         sensitivity = self.clip**2 * self.session.substitution_factor(2.0)
         if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):

@@ -18,8 +18,8 @@ from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
 from fairbench.methods.base import resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
-from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.privacy.crosscheck import check_ledger
+from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.runner.stamp import stamp
 from fairbench.task import Split, Task
 
