@@ -203,6 +203,19 @@ BAD_CONFIGS = {
         },
         "1 weights given, the task has 2 classes",
     ),
+    # a fairness knob outside its method's range, refused before any trial or run directory
+    "raco-dp gamma < 0": (
+        {**SMALL, "methods": [{"name": "raco-dp", "knobs": [0.05, -1]}]},
+        "method raco-dp: knob gamma = -1 is outside its valid range [0, inf)",
+    ),
+    "dp-fermi lambda < 0": (
+        {**SMALL, "methods": [{"name": "dp-fermi", "knobs": [-1]}]},
+        "method dp-fermi: knob lambda = -1 is outside its valid range [0, inf)",
+    ),
+    "cgoo alpha 0": (
+        {**SMALL, "methods": [{"name": "cgoo", "knobs": [0.0, 0.05]}]},
+        "method cgoo: knob alpha = 0 is outside its valid range (0, inf)",
+    ),
 }
 
 

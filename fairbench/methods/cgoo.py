@@ -72,6 +72,7 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
+from fairbench.methods.knob import Direction, Knob
 from fairbench.models.grad_sample import ClippedGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape
@@ -129,7 +130,8 @@ class CGOO(Method):
     name = "cgoo"
     description = "CGOO: reductions over group statistics, private counts + DP-SGD oracle"
     private = True
-    knob = "alpha"
+    knob = Knob("alpha", "allowed violation of the constraint g", Direction.LOOSER, low=0.0,
+                low_inclusive=False)  # fmt: skip
     Hparams = CGOOHparams
     hparams: CGOOHparams
 

@@ -81,6 +81,7 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
+from fairbench.methods.knob import Direction, Knob
 from fairbench.models.grad_sample import ClippedGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
@@ -199,7 +200,7 @@ class DPFermi(Method):
     name = "dp-fermi"
     description = "DP-FERMI: noisy DP-SGDA on the ERMI min-max objective (DP or EO)"
     private = True
-    knob = "lambda"
+    knob = Knob("lambda", "weight of the ERMI fairness penalty", Direction.STRICTER, low=0.0)
     Hparams = DPFermiHparams
     hparams: DPFermiHparams
 

@@ -74,6 +74,7 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
+from fairbench.methods.knob import Direction, Knob
 from fairbench.models.grad_sample import ClippedGradients
 from fairbench.privacy import (
     PrivacyBudget,
@@ -181,7 +182,7 @@ class SGDA(Method):
     name = "sgda"
     description = "non-private SGDA on generalized rate constraints (RaCO-DP without noise)"
     private = False
-    knob = "gamma"
+    knob = Knob("gamma", "allowed disparity of each rate constraint", Direction.LOOSER, low=0.0)
     Hparams = SGDAHparams
     hparams: SGDAHparams
 

@@ -178,7 +178,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
         val = evaluate_group_loss(fitted, task.val, task, spec.knob)
         test = evaluate_group_loss(fitted, task.test, task, spec.knob)
         return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
-    gamma = spec.knob if method.knob == "gamma" else None
+    gamma = spec.knob if method.knob is not None and method.knob.name == "gamma" else None
     rate_set = constraints.build(spec.constraint, spec.constraint_definition, task.n_classes,
                                  task.n_groups, 0.0 if gamma is None else gamma)  # fmt: skip
     if gamma is None:  # no stated target: report values only
@@ -194,7 +194,7 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> dict[st
         "trial_id": spec.trial_id,
         "config_id": spec.config_id,
         **asdict(spec),
-        "knob_name": method.knob,
+        "knob_name": None if method.knob is None else method.knob.name,
         "privacy_notion": fitted.privacy_notion if privacy is not None else "non-private",
         "epsilon_spent": spent,
         "epsilon_checks": check_ledger(fitted.ledger, spec.delta, spent),
