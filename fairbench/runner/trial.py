@@ -18,6 +18,7 @@ from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.crosscheck import check_ledger
+from fairbench.rundir.row import TrialRow
 from fairbench.runner.stamp import stamp
 from fairbench.task import Split, Task
 
@@ -160,8 +161,9 @@ def evaluate_group_loss(
     }  # fmt: skip
 
 
-def run_trial(spec: TrialSpec) -> dict[str, Any]:
-    """Fit and evaluate one trial; the row holds the spec, the outcome and the ledger."""
+def run_trial(spec: TrialSpec) -> TrialRow:
+    """Fit and evaluate one trial; the row holds the spec, the outcome and the ledger (the
+    store keeps its `to_record()`)."""
     task = load_task(spec)
     method = get_method(spec.method, **spec.hparams)
     privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
@@ -189,28 +191,26 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
 
 
-def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> dict[str, Any]:
-    return {
-        "trial_id": spec.trial_id,
-        "config_id": spec.config_id,
+def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRow:
+    return TrialRow(
+        trial_id=spec.trial_id,
+        config_id=spec.config_id,
         **asdict(spec),
-        "knob_name": None if method.knob is None else method.knob.name,
-        "privacy_notion": fitted.privacy_notion if privacy is not None else "non-private",
-        "epsilon_spent": spent,
-        "epsilon_checks": check_ledger(fitted.ledger, spec.delta, spent),
-        "target_accounting": fitted.target_accounting,
-        "wall_seconds": wall,
-        "n_train": len(task.train),
-        "group_names": list(task.group_names),
-        "group_sizes_train": np.bincount(task.train.s, minlength=task.n_groups).tolist(),
-        "task_kind": task.kind,
-        "dataset_sha256": task.provenance.sha256,
-        "budget": None if fitted.budget is None else asdict(fitted.budget),
-        "info": {
-            k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()
-        },
-        "ledger": fitted.ledger.to_json(),
-        "stamp": stamp(str(fitted.device)),
-        **{f"val_{k}": v for k, v in val.items()},
-        **{f"test_{k}": v for k, v in test.items()},
-    }
+        knob_name=None if method.knob is None else method.knob.name,
+        privacy_notion=fitted.privacy_notion if privacy is not None else "non-private",
+        epsilon_spent=spent,
+        epsilon_checks=check_ledger(fitted.ledger, spec.delta, spent),
+        target_accounting=fitted.target_accounting,
+        wall_seconds=wall,
+        n_train=len(task.train),
+        group_names=list(task.group_names),
+        group_sizes_train=np.bincount(task.train.s, minlength=task.n_groups).tolist(),
+        task_kind=task.kind,
+        dataset_sha256=task.provenance.sha256,
+        budget=None if fitted.budget is None else asdict(fitted.budget),
+        info={k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()},
+        ledger=fitted.ledger.to_json(),
+        stamp=stamp(str(fitted.device)),
+        val=val,
+        test=test,
+    )
