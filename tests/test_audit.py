@@ -79,5 +79,7 @@ def test_audit_cli(cli):
     assert code == 2 and "not private" in err
     code, _, err = cli("audit", "--method", "raco-dp", "--epsilon", "1")
     assert code == 2 and "--knob" in err
+    code, _, err = cli("audit", "--method", "raco-dp", "--epsilon", "1", "--knob", "-0.1")
+    assert code == 2 and "knob gamma = -0.1 is outside its valid range [0, inf)" in err
     code, _, err = cli("audit", "--method", "dp-sgd", "--epsilon", "-1")
     assert code == 2 and "epsilon must be" in err

@@ -46,11 +46,11 @@ def test_held_out_gap_matches_fairlearn_used_directly(task):
     (spec,) = expand(parse_config(config), warn=lambda _: None)
     row = run_trial(spec)
     error, gap = fairlearn_directly(task, 0.02)
-    assert row["test_demographic_parity"] == pytest.approx(gap, abs=1e-6)
-    assert row["test_violation"] == pytest.approx(gap, abs=1e-6)
-    assert row["test_error"] == pytest.approx(error, abs=1e-6)
-    assert row["epsilon"] is None and row["epsilon_spent"] == 0.0
-    assert sum(row["info"]["weights"]) == pytest.approx(1.0)
+    assert row.test["demographic_parity"] == pytest.approx(gap, abs=1e-6)
+    assert row.test["violation"] == pytest.approx(gap, abs=1e-6)
+    assert row.test["error"] == pytest.approx(error, abs=1e-6)
+    assert row.epsilon is None and row.epsilon_spent == 0.0
+    assert sum(row.info["weights"]) == pytest.approx(1.0)
 
 
 def test_fit_is_deterministic_and_a_weighted_mixture(task):

@@ -28,6 +28,40 @@ def test_builtin_methods_register_through_entry_points():
     assert methods["dp-sgd"].private and not methods["erm"].private
 
 
+def test_every_fairness_knob_is_declared_with_its_range_and_direction():
+    from fairbench.methods.knob import Direction, Knob
+
+    looser, stricter = Direction.LOOSER, Direction.STRICTER
+    knobs = {name: cls.knob for name, cls in registry().items() if cls.knob is not None}
+    assert all(isinstance(k, Knob) and k.meaning for k in knobs.values())
+    assert {name: (k.name, k.range_text, k.direction) for name, k in knobs.items()} == {
+        "sgda": ("gamma", "[0, inf)", looser),
+        "raco-dp": ("gamma", "[0, inf)", looser),
+        "dp-fermi": ("lambda", "[0, inf)", stricter),
+        "cgoo": ("alpha", "(0, inf)", looser),
+        "cgoo-nonprivate": ("alpha", "(0, inf)", looser),
+        "dpse": ("bound", "[0, inf)", looser),
+        "dpnose": ("bound", "[0, inf)", looser),
+        "fairlearn-eg": ("difference_bound", "(0, inf)", looser),
+    }
+
+
+def test_a_knob_refuses_values_outside_its_range_in_one_line():
+    from fairbench.methods.knob import Direction, Knob
+
+    knob = Knob("x", "a test knob", Direction.LOOSER, low=0.0, high=1.0, low_inclusive=False)
+    assert knob.range_text == "(0, 1]"
+    for value in (None, 1e-9, 0.5, 1.0):
+        knob.validate(value, method="m")
+    for value in (0.0, -1.0, 1.5, float("nan"), float("inf")):
+        with pytest.raises(
+            ConfigError,
+            match=r"^method m: knob x = \S+ is outside its valid "
+            r"range \(0, 1\] \(a test knob; larger is looser\)$",
+        ):
+            knob.validate(value, method="m")
+
+
 def test_hyperparameters_are_validated():
     with pytest.raises(ConfigError, match="unknown method 'dpsgd'"):
         get_method("dpsgd")

@@ -20,6 +20,7 @@ from fairbench.models import MLP, build_model
 from fairbench.privacy import PrivacyLedger, epsilon
 from fairbench.privacy import session as session_module
 from fairbench.privacy.events import sgd_steps
+from fairbench.rundir.row import TrialRow
 from fairbench.runner import trial
 from fairbench.runner.trial import TrialSpec, run_trial
 
@@ -39,10 +40,10 @@ METHODS = {
 }
 
 
-def expected_event(method: str, row: dict) -> dp_event.DpEvent | None:
+def expected_event(method: str, row: TrialRow) -> dp_event.DpEvent | None:
     """The mechanism the row says ran, rebuilt from its budget and info alone (not from the
     ledger): what an auditor would account by hand."""
-    b, info = row["budget"], row["info"]
+    b, info = row.budget, row.info
     q, sigma = b["sampling_rate"], b["noise"].get("gradient")
     if method == "sgda":
         return None
@@ -129,23 +130,23 @@ def test_mlp_path_trains_and_its_epsilon_is_the_accountants(method, spy):
     # it trained: clearly better than always predicting the majority class
     majority_error = 1 - np.bincount(task.test.y).max() / len(task.test)
     assert majority_error > 0.35
-    assert row["test_error"] < majority_error - 0.1, (row["test_error"], majority_error)
+    assert row.test["error"] < majority_error - 0.1, (row.test["error"], majority_error)
 
     # every optimisation step drew one Poisson batch, and the budget says so
-    assert spy["batches"] == row["budget"]["steps"] > 0
+    assert spy["batches"] == row.budget["steps"] > 0
 
     # the recorded epsilon is the accountant's, recomputed from the stored ledger, and the
     # stored ledger is the mechanism the budget says ran
-    ledger = PrivacyLedger.from_json(row["ledger"])
+    ledger = PrivacyLedger.from_json(row.ledger)
     if not private:
-        assert row["epsilon"] is None and row["epsilon_spent"] == 0.0 and not ledger.entries
-        assert row["budget"]["noise"] == {}
+        assert row.epsilon is None and row.epsilon_spent == 0.0 and not ledger.entries
+        assert row.budget["noise"] == {}
         return
     recomputed = epsilon(ledger.event, DELTA)
-    assert row["epsilon_spent"] == recomputed
+    assert row.epsilon_spent == recomputed
     assert epsilon(expected_event(method, row), DELTA) == pytest.approx(recomputed, rel=1e-9)
-    assert 0.9 * TARGET < row["epsilon_spent"] <= TARGET
-    assert row["epsilon_checks"]["problems"] == []
+    assert 0.9 * TARGET < row.epsilon_spent <= TARGET
+    assert row.epsilon_checks["problems"] == []
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

@@ -36,8 +36,8 @@ def test_a_third_party_method_runs_through_the_runner(with_majority_plugin):
     specs = expand(config, warn=lambda _: None)
     assert len(specs) == 2
     row = run_trial(specs[0])
-    assert row["info"]["majority_class"] == 0
-    assert row["test_demographic_parity"] == 0.0  # a constant predictor is perfectly "fair"
-    assert row["privacy_notion"] == "non-private" and row["epsilon_spent"] == 0.0
+    assert row.info["majority_class"] == 0
+    assert row.test["demographic_parity"] == 0.0  # a constant predictor is perfectly "fair"
+    assert row.privacy_notion == "non-private" and row.epsilon_spent == 0.0
     task = load_task(specs[0])
-    assert row["test_error"] == pytest.approx((task.test.y != 0).mean())
+    assert row.test["error"] == pytest.approx((task.test.y != 0).mean())

@@ -68,6 +68,37 @@ def test_sweeps_and_knobs_validate():
         expand(parse_config({**SMALL, "epsilons": []}))
 
 
+def test_trial_rows_hold_the_documented_columns_in_stored_order():
+    """A row's fixed fields are the documented columns (the spec's among them, in its field
+    order), and `to_record()`, what the store keeps, is those columns then `val_*`, `test_*`
+    of the split metrics documented for the task: rate metrics (with `demographic_parity_ovr`
+    beyond two groups), or the bounded group loss's."""
+    from dataclasses import fields
+
+    from fairbench.rundir.row import COLUMNS, GROUP_LOSS_METRICS, RATE_METRICS, TrialRow, columns
+    from fairbench.runner.trial import TrialSpec, run_trial
+
+    assert tuple(f.name for f in fields(TrialRow))[:-2] == COLUMNS
+    spec_fields = tuple(f.name for f in fields(TrialSpec))
+    assert COLUMNS[2 : 2 + len(spec_fields)] == spec_fields
+    one = {**SMALL, "seeds": 1, "methods": [{"name": "erm", "hparams": {"epochs": 1}}]}
+    three_groups = {"name": "synthetic", "options": {"n_rows": 600, "n_groups": 3}}
+    cases = [
+        (one, RATE_METRICS),
+        ({**one, "datasets": [three_groups]}, (*RATE_METRICS, "demographic_parity_ovr")),
+        ({**one, "constraint": "bounded_group_loss"}, GROUP_LOSS_METRICS),
+        ({**one, "methods": [{"name": "sgda", "knobs": [0.05], "hparams": {"epochs": 1}}]},
+         RATE_METRICS),
+    ]  # fmt: skip
+    for config, metrics in cases:
+        (spec,) = expand(parse_config(config), warn=lambda _: None)
+        row = run_trial(spec)
+        assert list(row.to_record()) == columns(metrics)
+        record = row.to_record()
+        assert record["knob_name"] == {"erm": None, "sgda": "gamma"}[spec.method]  # a string
+        assert record["val_error"] == row.val["error"] and record["test_error"] == row.test["error"]
+
+
 def test_missing_data_falls_back_to_synthetic_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setenv("FAIRBENCH_DATA", str(tmp_path))
     warnings = []
@@ -202,6 +233,19 @@ BAD_CONFIGS = {
             },
         },
         "1 weights given, the task has 2 classes",
+    ),
+    # a fairness knob outside its method's range, refused before any trial or run directory
+    "raco-dp gamma < 0": (
+        {**SMALL, "methods": [{"name": "raco-dp", "knobs": [0.05, -1]}]},
+        "method raco-dp: knob gamma = -1 is outside its valid range [0, inf)",
+    ),
+    "dp-fermi lambda < 0": (
+        {**SMALL, "methods": [{"name": "dp-fermi", "knobs": [-1]}]},
+        "method dp-fermi: knob lambda = -1 is outside its valid range [0, inf)",
+    ),
+    "cgoo alpha 0": (
+        {**SMALL, "methods": [{"name": "cgoo", "knobs": [0.0, 0.05]}]},
+        "method cgoo: knob alpha = 0 is outside its valid range (0, inf)",
     ),
 }
 

@@ -48,6 +48,11 @@ def test_every_method_gets_the_same_budget_drawn_reproducibly_within_its_space()
         ({"final_seeds": [100, *range(1, 10)]}, "fresh"),
         ({"final_seeds": [1, 2]}, "final_seeds"),
         ({"methods": [{"name": "dp-sgd", "space": {"knob": [0.1]}}]}, "no fairness knob"),
+        (
+            {"methods": [{"name": "cgoo", "space": {"knob": {"uniform": [0, 0.1]}}}]},
+            r"space.knob: method cgoo: knob alpha = 0 is outside its valid range \(0, inf\)",
+        ),
+        ({"methods": [{"name": "sgda", "space": {"knob": [0.05, "x"]}}]}, "holds numbers"),
         ({"methods": [{"name": "dp-sgd", "space": {"lr": {"log": [0, 1]}}}]}, "space.lr"),
         ({"budjet": 3}, "unknown key 'budjet'"),
     ],

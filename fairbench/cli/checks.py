@@ -115,6 +115,15 @@ def _bench_figure(figure: str, out: Path | None, workers: int | None, as_json: b
     console.print(table)
 
 
+def _check_knob(plugin, method: str, knob: float | None) -> None:
+    """A method with a fairness knob is audited at one valid value of it, given by --knob."""
+    if plugin.knob is None:
+        return
+    if knob is None:
+        raise ConfigError(f"method {method} has a fairness knob ({plugin.knob.name}): give --knob")
+    plugin.knob.validate(knob, method=method)
+
+
 def audit(
     method: Annotated[str, typer.Option(help="a private method plugin")],
     epsilon: Annotated[float, typer.Option(help="the claimed epsilon the method is run at")],
@@ -146,8 +155,7 @@ def audit(
 
     PrivacyBudget(epsilon, delta)  # one clear error for a bad claim before any fit
     plugin = audit_method(method, key_values(set_, "--set", "batch_size=16"))
-    if plugin.knob is not None and knob is None:
-        raise ConfigError(f"method {method} has a fairness knob ({plugin.knob}): give --knob")
+    _check_knob(plugin, method, knob)
 
     def audit_once():
         return run_audit(plugin, epsilon, delta, FairnessSpec(constraint, knob), trials,

@@ -27,7 +27,7 @@ def list_(what: Listable) -> None:
 
         for name, cls in sorted(methods().items()):
             kind = "private" if cls.private else "non-private"
-            knob = f", knob: {cls.knob}" if cls.knob else ""
+            knob = f", knob: {cls.knob.name}" if cls.knob else ""
             print(f"{name:12s} {cls.description} [{kind}{knob}]")
     elif what is Listable.datasets:
         from fairbench.datasets import registry as datasets

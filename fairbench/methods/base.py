@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from fairbench.errors import ConfigError
+from fairbench.methods.knob import Knob
 from fairbench.models import ModelKind
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.session import PrivacySession, check_plan
@@ -158,7 +159,7 @@ class Method(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     private: ClassVar[bool]  # True: needs a PrivacyBudget and spends it
-    knob: ClassVar[str | None] = None  # name of the fairness knob, None for plain baselines
+    knob: ClassVar[Knob | None] = None  # the fairness knob, None for plain baselines
     Hparams: ClassVar[type[Hparams]] = Hparams
 
     def __init__(self, **hparams: Any) -> None:

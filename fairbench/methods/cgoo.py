@@ -66,6 +66,7 @@ from fairbench.methods.base import (
     resolve_device,
 )
 from fairbench.methods.engine import Schedule, init_model, train_tensors
+from fairbench.methods.knob import Direction, Knob
 from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape
@@ -125,7 +126,8 @@ class CGOO(Method):
     name = "cgoo"
     description = "CGOO: reductions over group statistics, private counts + DP-SGD oracle"
     private = True
-    knob = "alpha"
+    knob = Knob("alpha", "allowed violation of the constraint g", Direction.LOOSER, low=0.0,
+                low_inclusive=False)  # fmt: skip
     Hparams = CGOOHparams
     hparams: CGOOHparams
 

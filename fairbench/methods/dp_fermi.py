@@ -80,6 +80,7 @@ from fairbench.methods.engine import (
     train_tensors,
     uncalibrated,
 )
+from fairbench.methods.knob import Direction, Knob
 from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
@@ -196,7 +197,7 @@ class DPFermi(Method):
     name = "dp-fermi"
     description = "DP-FERMI: noisy DP-SGDA on the ERMI min-max objective (DP or EO)"
     private = True
-    knob = "lambda"
+    knob = Knob("lambda", "weight of the ERMI fairness penalty", Direction.STRICTER, low=0.0)
     Hparams = DPFermiHparams
     hparams: DPFermiHparams
 

@@ -87,6 +87,7 @@ from pydantic import Field
 
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Budget, Device, FairnessSpec, Fitted, Hparams, Method
+from fairbench.methods.knob import Direction, Knob
 from fairbench.models import LogisticRegression
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, SEARCH_DISCRETISATION
@@ -191,7 +192,7 @@ class DPSE(Method):
     name = "dpse"
     description = "DPSE: per-group budgets from private standard errors, then DP GD on BGL"
     private = True
-    knob = "bound"
+    knob = Knob("bound", "largest allowed mean loss of any group", Direction.LOOSER, low=0.0)
     Hparams = DPSEHparams
     hparams: DPSEHparams
     tailored = True  # dpnose: False

@@ -51,6 +51,7 @@ from fairbench.methods.base import (
     Hparams,
     Method,
 )
+from fairbench.methods.knob import Direction, Knob
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.session import PrivacySession
 from fairbench.task import Task
@@ -108,7 +109,8 @@ class FairlearnEG(Method):
     name = "fairlearn-eg"
     description = "fairlearn ExponentiatedGradient + logistic regression (non-private fair ref)"
     private = False
-    knob = "difference_bound"
+    knob = Knob("difference_bound", "allowed gap of each group's rate to the overall rate",
+                Direction.LOOSER, low=0.0, low_inclusive=False)  # fmt: skip
     Hparams = FairlearnEGHparams
     hparams: FairlearnEGHparams
 

@@ -74,6 +74,7 @@ from fairbench.methods.engine import (
     train_tensors,
     uncalibrated,
 )
+from fairbench.methods.knob import Direction, Knob
 from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
@@ -180,7 +181,7 @@ class SGDA(Method):
     name = "sgda"
     description = "non-private SGDA on generalized rate constraints (RaCO-DP without noise)"
     private = False
-    knob = "gamma"
+    knob = Knob("gamma", "allowed disparity of each rate constraint", Direction.LOOSER, low=0.0)
     Hparams = SGDAHparams
     hparams: SGDAHparams
 

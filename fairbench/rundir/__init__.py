@@ -1,4 +1,5 @@
-"""A run directory on disk: its file names, its saved config and (`store`) its results.
+"""A run directory on disk: its file names, its saved config and (`store`) its results, one
+`row.TrialRow` per trial.
 
 Below both the runner, which writes run directories, and the report, which reads them, so
 neither needs the other to find its way around one.

@@ -150,8 +150,8 @@ def expand(config: ExperimentConfig, warn=print, check_data: bool = True) -> lis
 
     Checks: known datasets with valid options and their files present and verified (unless
     `check_data` is off: listing a finished run's grid needs no data); known methods with
-    valid hyperparameters; knobs only where a method has one; private methods given valid
-    (epsilon, delta) targets; a known constraint.
+    valid hyperparameters; knobs only where a method has one, each inside its valid range;
+    private methods given valid (epsilon, delta) targets; a known constraint.
     """
     constraint, definition = _constraint(config)
     for eps in config.epsilons or [1.0]:  # delta is checked even without private methods
@@ -214,8 +214,11 @@ def _method_trials(
     cls = method_class(entry.name)
     if cls.private and not config.epsilons:
         raise ConfigError(f"method {entry.name} is private: list target epsilons in the config")
-    if entry.knobs is not None and cls.knob is None:
-        raise ConfigError(f"method {entry.name} has no fairness knob; remove its knobs")
+    if entry.knobs is not None:
+        if cls.knob is None:
+            raise ConfigError(f"method {entry.name} has no fairness knob; remove its knobs")
+        for knob in entry.knobs:  # a bad value is refused before a run directory exists
+            cls.knob.validate(knob, method=entry.name)
     specs = []
     for values in itertools.product(*entry.sweep.values()):
         raw = {**entry.hparams, **dict(zip(entry.sweep, values, strict=True))}

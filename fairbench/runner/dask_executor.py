@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 
 from fairbench.errors import ConfigError
+from fairbench.rundir.row import TrialRow
 from fairbench.runner.trial import TrialSpec
 from fairbench.runner.worker import run_batch
 
@@ -29,7 +30,7 @@ def batches(specs: list[TrialSpec], workers: int) -> list[list[TrialSpec]]:
 def run_on_dask(
     pending: list[TrialSpec],
     workers: int,
-    record: Callable[[TrialSpec, dict | None, str | None], None],
+    record: Callable[[TrialSpec, TrialRow | None, str | None], None],
     scheduler: str | None = None,
 ) -> None:
     """Run `pending` on the cluster at `scheduler` (a `LocalCluster` of `workers` single-

@@ -23,6 +23,7 @@ from rich.progress import (
 
 from fairbench.errors import ConfigError
 from fairbench.rundir import CONFIG_FILE, saved_config
+from fairbench.rundir.row import TrialRow
 from fairbench.rundir.store import ResultStore
 from fairbench.runner.config import ExperimentConfig, expand, parse_config
 from fairbench.runner.trial import TrialSpec, run_trial
@@ -117,9 +118,9 @@ def execute(
         with progress:
             bar = progress.add_task("trials", total=len(pending))
 
-            def record(spec: TrialSpec, result: dict | None, error: str | None) -> None:
-                if error is None:
-                    store.record_done(spec.trial_id, asdict(spec), result)
+            def record(spec: TrialSpec, result: TrialRow | None, error: str | None) -> None:
+                if result is not None:
+                    store.record_done(spec.trial_id, asdict(spec), result.to_record())
                 else:
                     failed.append((spec.trial_id, error))
                     store.record_failed(spec.trial_id, asdict(spec), error)

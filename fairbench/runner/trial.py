@@ -20,6 +20,7 @@ from fairbench.methods.base import resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.crosscheck import check_ledger
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
+from fairbench.rundir.row import TrialRow
 from fairbench.runner.stamp import stamp
 from fairbench.task import Split, Task
 
@@ -162,8 +163,9 @@ def evaluate_group_loss(
     }  # fmt: skip
 
 
-def run_trial(spec: TrialSpec) -> dict[str, Any]:
-    """Fit and evaluate one trial; the row holds the spec, the outcome and the ledger."""
+def run_trial(spec: TrialSpec) -> TrialRow:
+    """Fit and evaluate one trial; the row holds the spec, the outcome and the ledger (the
+    store keeps its `to_record()`)."""
     task = load_task(spec)
     method = get_method(spec.method, **spec.hparams)
     privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
@@ -178,7 +180,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
         val = evaluate_group_loss(fitted, task.val, task, spec.knob)
         test = evaluate_group_loss(fitted, task.test, task, spec.knob)
         return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
-    gamma = spec.knob if method.knob == "gamma" else None
+    gamma = spec.knob if method.knob is not None and method.knob.name == "gamma" else None
     rate_set = constraints.build(spec.constraint, spec.constraint_definition, task.n_classes,
                                  task.n_groups, 0.0 if gamma is None else gamma)  # fmt: skip
     if gamma is None:  # no stated target: report values only
@@ -204,28 +206,26 @@ def recorded_ledger(spec: TrialSpec, session: PrivacySession, accounting: str) -
     return ledger
 
 
-def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> dict[str, Any]:
-    return {
-        "trial_id": spec.trial_id,
-        "config_id": spec.config_id,
+def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRow:
+    return TrialRow(
+        trial_id=spec.trial_id,
+        config_id=spec.config_id,
         **asdict(spec),
-        "knob_name": method.knob,
-        "privacy_notion": fitted.privacy_notion if privacy is not None else "non-private",
-        "epsilon_spent": spent,
-        "epsilon_checks": check_ledger(fitted.ledger, spec.delta, spent),
-        "target_accounting": fitted.target_accounting,
-        "wall_seconds": wall,
-        "n_train": len(task.train),
-        "group_names": list(task.group_names),
-        "group_sizes_train": np.bincount(task.train.s, minlength=task.n_groups).tolist(),
-        "task_kind": task.kind,
-        "dataset_sha256": task.provenance.sha256,
-        "budget": None if fitted.budget is None else asdict(fitted.budget),
-        "info": {
-            k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()
-        },
-        "ledger": fitted.ledger.to_json(),
-        "stamp": stamp(str(fitted.device)),
-        **{f"val_{k}": v for k, v in val.items()},
-        **{f"test_{k}": v for k, v in test.items()},
-    }
+        knob_name=None if method.knob is None else method.knob.name,
+        privacy_notion=fitted.privacy_notion if privacy is not None else "non-private",
+        epsilon_spent=spent,
+        epsilon_checks=check_ledger(fitted.ledger, spec.delta, spent),
+        target_accounting=fitted.target_accounting,
+        wall_seconds=wall,
+        n_train=len(task.train),
+        group_names=list(task.group_names),
+        group_sizes_train=np.bincount(task.train.s, minlength=task.n_groups).tolist(),
+        task_kind=task.kind,
+        dataset_sha256=task.provenance.sha256,
+        budget=None if fitted.budget is None else asdict(fitted.budget),
+        info={k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()},
+        ledger=fitted.ledger.to_json(),
+        stamp=stamp(str(fitted.device)),
+        val=val,
+        test=test,
+    )

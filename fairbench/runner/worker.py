@@ -8,6 +8,7 @@ import traceback
 import torch
 
 from fairbench.errors import FairbenchError
+from fairbench.rundir.row import TrialRow
 from fairbench.runner.trial import TrialSpec, run_trial
 
 
@@ -21,11 +22,11 @@ def failure_message(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).strip()
 
 
-def run_batch(specs: list[TrialSpec]) -> list[tuple[TrialSpec, dict | None, str | None]]:
+def run_batch(specs: list[TrialSpec]) -> list[tuple[TrialSpec, TrialRow | None, str | None]]:
     """Run trials one after another where this is called (a remote task of a distributed
     executor): (spec, result, None) or (spec, None, error) for each."""
     init_worker()
-    out: list[tuple[TrialSpec, dict | None, str | None]] = []
+    out: list[tuple[TrialSpec, TrialRow | None, str | None]] = []
     for spec in specs:
         try:
             out.append((spec, run_trial(spec), None))

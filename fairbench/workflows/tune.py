@@ -150,9 +150,26 @@ def load_tune_config(name_or_path: str) -> TuneConfig:
                               f"{', '.join(section.model_fields)}") from None  # fmt: skip
         raise ConfigError(f"{path}: field {where!r}: {err['msg']}") from None
     for entry in config.methods:
-        if KNOB in entry.space and method_class(entry.name).knob is None:
-            raise ConfigError(f"{path}: method {entry.name} has no fairness knob to search")
+        if KNOB in entry.space:
+            _check_knob_space(path, entry)
     return config
+
+
+def _check_knob_space(path: Path, entry: MethodSpace) -> None:
+    """A searched knob: the method has one, and its listed values (or both ends of its
+    interval, so every draw) are numbers inside the knob's valid range."""
+    knob = method_class(entry.name).knob
+    if knob is None:
+        raise ConfigError(f"{path}: method {entry.name} has no fairness knob to search")
+    dist = entry.space[KNOB]
+    for value in dist if isinstance(dist, list) else next(iter(dist.values())):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path}: method {entry.name}: space.knob holds numbers, "
+                              f"got {value!r}")  # fmt: skip
+        try:
+            knob.validate(value, method=entry.name)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: space.knob: {exc}") from None
 
 
 def sample_configurations(config: TuneConfig) -> dict[str, list[dict[str, Any]]]:
