@@ -20,7 +20,7 @@ LAYERS = [
     {"rundir"},
     {"runner", "report", "audit"},
     {"workflows"},
-    {"cli"},
+    {"cli", "testing"},  # testing: the plugin conformance kit, over methods, datasets, runner
 ]
 # Siblings on a layer that must stay independent of each other.
 INDEPENDENT = {"runner", "report", "audit"}
