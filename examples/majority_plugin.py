@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fairbench.methods.base import FairnessSpec, Fitted, Hparams, Method, resolve_device
-from fairbench.privacy import PrivacyBudget, PrivacyLedger
+from fairbench.methods.base import FairnessSpec, Fitted, Hparams, Method
+from fairbench.privacy.session import PrivacySession
 from fairbench.task import Task
 
 
@@ -38,22 +38,15 @@ class Majority(Method):
     private = False
     Hparams = MajorityHparams
 
-    def fit(
-        self,
-        task: Task,
-        privacy: PrivacyBudget | None,
-        fairness: FairnessSpec,
-        seed: int,
-        device="cpu",
-    ) -> Fitted:
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
         majority = int(np.bincount(task.train.y, minlength=task.n_classes).argmax())
         proba = np.full(task.n_classes, (1 - self.hparams.confidence) / (task.n_classes - 1))
         proba[majority] = self.hparams.confidence
-        dev = resolve_device(device)
+        dev = session.device
         model = ConstantLogits(torch.log(torch.as_tensor(proba, dtype=torch.float32))).to(dev)
         # reading labels outside a mechanism is only allowed because this method is non-private;
-        # a private plugin records every release it makes on a PrivacyLedger instead.
-        return Fitted(model, dev, PrivacyLedger(), info={"majority_class": majority})
+        # a private plugin draws every release through the session's mechanisms instead.
+        return Fitted(model, dev, info={"majority_class": majority})
 
     def stepper(self, task, privacy, seed, device="cpu"):
         return lambda: None
