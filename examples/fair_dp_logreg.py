@@ -30,6 +30,7 @@ from pydantic import Field
 from fairbench.errors import ConfigError
 from fairbench.methods.base import FairnessSpec, Fitted, Method, TrainingHparams, resolve_device
 from fairbench.methods.engine import Schedule, expected_batch, init_model, run_steps, train_tensors
+from fairbench.methods.knob import Direction, Knob
 from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape
@@ -60,7 +61,8 @@ class ReweighedDPSGD(Method):
     name = "reweighed-dp-sgd"
     description = "DP-SGD on a loss reweighed by noisy (group, label) counts (Kamiran-Calders)"
     private = True
-    knob = "strength"  # exponent of the reweighing weights: 0 plain DP-SGD, 1 full reweighing
+    knob = Knob("strength", "exponent of the reweighing weights: 0 plain DP-SGD, 1 full",
+                Direction.STRICTER, low=0.0)  # fmt: skip
     Hparams = ReweighedHparams
     hparams: ReweighedHparams
 

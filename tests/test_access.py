@@ -100,14 +100,17 @@ class DataDependentSteps(DPSGD):
 
     name = "leaky-steps"
 
-    def fit(self, task, privacy, fairness, seed, device="cpu"):
-        model, dev, step, ledger, info = self._setup(task, privacy, seed, device)
-        extra = int(np.sum((task.train.s > 0) & (task.train.y == 1))) // 10
-        for _ in range(info["steps"] + extra):
-            step()
-        from fairbench.methods.base import Fitted
+    def train(self, task, fairness, session):
+        import dataclasses
 
-        return Fitted(model, dev, ledger, info=info)
+        from fairbench.methods.base import Fitted
+        from fairbench.methods.engine import run_steps
+
+        model, schedule, step = self._program(task, session)
+        extra = int(np.sum((task.train.s > 0) & (task.train.y == 1))) // 10
+        longer = dataclasses.replace(schedule, steps=schedule.steps + extra)
+        run_steps(session, len(task.train), longer, step, self.plan(longer))
+        return Fitted(model, session.device, info=longer.info())
 
 
 class Unaccounted(DPSGD):

@@ -67,9 +67,10 @@ def test_a_tiny_budget_falls_back_to_uniform_standard_errors(mixture):
     budget = dpse._Budget(1e-6, method.hparams, k, True, False)
     z = np.hstack([mixture.train.X, np.ones((len(mixture.train), 1))])
     sizes = np.bincount(mixture.train.s).astype(float)
-    rng = np.random.default_rng(0)
+    session = session_module.PrivacySession(0, budget=PrivacyBudget(1.0))
+    session.submit_plan(PrivacyLedger())
     se = method.standard_errors(z, mixture.train.y, mixture.train.s, sizes, k, False, budget,
-                                rng, PrivacyLedger())  # fmt: skip
+                                session)  # fmt: skip
     assert se == pytest.approx([1 / math.sqrt(k)] * k)
 
 

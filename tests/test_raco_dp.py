@@ -12,9 +12,10 @@ from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import FairnessSpec, get_method
 from fairbench.models import LogisticRegression
-from fairbench.privacy import PrivacyBudget, epsilon
+from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.noise import add_laplace_noise
+from fairbench.privacy.session import PrivacySession
 from tests.clipping import ClippedGradients
 from tests.conftest import needs_adult
 
@@ -24,6 +25,13 @@ def task():
     return get_dataset("synthetic", n_rows=4000).load(seed=0)
 
 
+def exact_histogram(contrib, parts, n_parts):
+    """The session's histogram mechanism without noise (a non-private session)."""
+    session = PrivacySession(0)
+    session.submit_plan(PrivacyLedger())
+    return session.laplace_histogram("histogram", 0.0)(contrib, parts, n_parts)
+
+
 @pytest.mark.parametrize("hard", [False, True])
 def test_histogram_l1_sensitivity_is_one_under_add_remove(hard):
     gen = torch.Generator().manual_seed(0)
@@ -31,10 +39,10 @@ def test_histogram_l1_sensitivity_is_one_under_add_remove(hard):
         logits = torch.randn(33, 3, generator=gen) * (1 + trial)
         parts = torch.randint(0, 4, (33,), generator=gen)
         contrib = raco.rate_contributions(torch.softmax(2.0 * logits, dim=1), logits, hard)
-        full = raco.prediction_histogram(contrib, parts, 4)
+        full = exact_histogram(contrib, parts, 4)
         for drop in (0, 17, 32):  # remove one record (equivalently: add it back)
             keep = torch.arange(33) != drop
-            less = raco.prediction_histogram(contrib[keep], parts[keep], 4)
+            less = exact_histogram(contrib[keep], parts[keep], 4)
             assert (full - less).abs().sum().item() == pytest.approx(1.0, abs=1e-5)
     # the histogram's mass is the realised batch size: no padding, no truncation
     assert full.sum().item() == pytest.approx(33, abs=1e-4)
@@ -109,13 +117,13 @@ def test_calibrating_noise_instead_of_steps(task):
 
 def test_batches_are_poisson_not_padded(task, monkeypatch):
     sizes = []
-    real = raco.prediction_histogram
+    real = raco.rate_contributions
 
-    def spy(contrib, parts, n_parts):
-        sizes.append(len(parts))
-        return real(contrib, parts, n_parts)
+    def spy(soft, logits, hard):
+        sizes.append(len(soft))
+        return real(soft, logits, hard)
 
-    monkeypatch.setattr(raco, "prediction_histogram", spy)
+    monkeypatch.setattr(raco, "rate_contributions", spy)
     fitted = get_method("raco-dp", batch_size=128).fit(
         task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 0.1), seed=0
     )

@@ -106,7 +106,7 @@ def test_register_adds_a_class_at_run_time_and_the_runner_finds_it(example):
     spec = TrialSpec("synthetic", {"n_rows": 1500}, example.name, example.name, EXAMPLE,
                      "demographic_parity", 1.0, 0.5, 1e-5, 0)  # fmt: skip
     row = run_trial(spec)
-    assert 0 < row["epsilon_spent"] <= 0.5 and row["knob_name"] == "strength"
+    assert 0 < row.epsilon_spent <= 0.5 and row.knob_name == "strength"
     with pytest.raises(ConfigError, match=r"taken by fairbench\.methods\.dp_sgd\.DPSGD"):
         methods.register(type("Impostor", (DPSGD,), {}))
     with pytest.raises(ConfigError, match="not a Method subclass"):

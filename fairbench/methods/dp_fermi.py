@@ -277,7 +277,7 @@ class DPFermi(Method):
         p = self._marginals(session, cell, s, (n_cells, k), shape.extra)
         inv_sqrt_p = p.rsqrt().to(dev, torch.float32)
         step, final_w = self._step(model, (x, y, s, cell), inv_sqrt_p, lam, schedule, session)
-        return model, schedule, shape, step, final_w
+        return model, schedule, shape, step, (final_w, p)
 
     def _step(self, model, data, inv_sqrt_p, lam, schedule, session):
         """One batch's update: noisy descent on theta, noisy projected ascent on W."""
@@ -344,7 +344,7 @@ class DPFermi(Method):
         chosen = None
         if hp.iterate == "random":
             chosen = int(np.random.default_rng([session.seed, 7]).integers(1, full.steps + 1))
-        model, schedule, shape, step, final_w = self._program(task, fairness, session, chosen)
+        model, schedule, shape, step, (final_w, p) = self._program(task, fairness, session, chosen)
         chosen = chosen or schedule.steps
         next_batch = session.poisson(len(task.train), schedule.sampling_rate)
         for _ in range(chosen):  # the iterates after the chosen one are never looked at
@@ -352,6 +352,7 @@ class DPFermi(Method):
         info = self._info(schedule, shape, self._check(fairness), session.budget)
         info["returned_iterate"] = chosen
         info["w_norm"] = final_w().flatten(1).norm(dim=1).cpu().tolist()
+        info["marginals"] = p.cpu().tolist()
         counts = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
         notion = hp.privacy_notion + ("+public-marginals" if hp.marginals == "public" else "")
         paper = hp.sensitive_accounting == "paper"

@@ -90,13 +90,6 @@ def rate_contributions(soft: torch.Tensor, logits: torch.Tensor, hard: bool) -> 
     return soft
 
 
-def prediction_histogram(contrib: torch.Tensor, parts: torch.Tensor, n_parts: int) -> torch.Tensor:
-    """H[q, k] = sum of the contributions of the batch's records in part q. Each record adds
-    one vector of l1 norm 1 to one row, so the l1 sensitivity is 1 under add/remove."""
-    hist = torch.zeros((n_parts, contrib.shape[1]), dtype=contrib.dtype, device=contrib.device)
-    return hist.index_add_(0, parts, contrib)
-
-
 class RateLagrangian:
     """Per-sample Lagrangian of Eq. (10), multiplied by r|D|:
     CE(z_i, y_i) + sum_k c_ik sigma_tau(z_i)_k, where c_i is the row of the coefficient matrix

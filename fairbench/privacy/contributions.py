@@ -53,9 +53,10 @@ class Rows:
 
     def norms(self) -> Array:
         if isinstance(self.parts[0], np.ndarray):
-            flat = np.concatenate([p.reshape(len(p), -1) for p in self.parts], axis=1)
+            flat = np.concatenate([p.reshape(len(p), p[0].size if len(p) else 0)
+                                   for p in self.parts], axis=1)  # fmt: skip
             return np.linalg.norm(flat, axis=1)
-        return torch.cat([p.reshape(p.shape[0], -1) for p in self.parts], dim=1).norm(dim=1)
+        return torch.cat([p.flatten(1) for p in self.parts], dim=1).norm(dim=1)
 
     def weighted_sum(self, factors: Array | None) -> list[Array]:
         if factors is None:
