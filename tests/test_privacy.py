@@ -11,7 +11,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy.optimize import brentq
 
-from fairbench.errors import ConfigError
+from fairbench.errors import CalibrationError, ConfigError
 from fairbench.privacy import (
     PrivacyBudget,
     PrivacyLedger,
@@ -19,6 +19,7 @@ from fairbench.privacy import (
     calibrate_steps,
     epsilon,
 )
+from fairbench.privacy.accountant import REPORT_DISCRETISATION, _solve_monotone
 from fairbench.privacy.contributions import Rows, clipped_sum
 from fairbench.privacy.events import from_dict, sgd_steps, to_dict
 from fairbench.privacy.noise import add_gaussian_noise, add_laplace_noise
@@ -158,6 +159,59 @@ def test_calibrated_steps_meet_the_target_tightly():
     steps = calibrate_steps(q, sigma, target, DELTA)
     assert epsilon(sgd_steps(q, sigma, steps), DELTA) <= target
     assert epsilon(sgd_steps(q, sigma, math.ceil(steps * 1.03) + 1), DELTA) > target
+
+
+def _synthetic_epsilon(boundary, increasing, report_factor=1.0):
+    """Monotone in the parameter, exactly 1 at `boundary`; the reporting discretisation can be
+    made stricter than the search one by `report_factor`."""
+
+    def eps(x, interval):
+        ratio = x / boundary if increasing else boundary / x
+        return ratio * (report_factor if interval == REPORT_DISCRETISATION else 1.0)
+
+    return eps
+
+
+@pytest.mark.parametrize("increasing", [False, True])
+@pytest.mark.parametrize("integer", [False, True])
+def test_monotone_solver_returns_the_boundary(increasing, integer):
+    eps, rel_tol = _synthetic_epsilon(123.4, increasing), 1e-3
+    limits = (1, 10**6) if integer else (1e-3, 1e4)
+    found = _solve_monotone(
+        eps,
+        1.0,
+        increasing=increasing,
+        start=1 if integer else 1.0,
+        limits=limits,
+        integer=integer,
+        rel_tol=rel_tol,
+    )
+    if integer:
+        assert isinstance(found, int)
+        further = found + 1 if increasing else found - 1
+    else:
+        further = found * (1 + rel_tol) if increasing else found / (1 + rel_tol)
+    assert eps(found, REPORT_DISCRETISATION) <= 1.0 < eps(further, REPORT_DISCRETISATION)
+
+
+def test_monotone_solver_tightens_caps_and_refuses():
+    stricter = _synthetic_epsilon(123.4, False, report_factor=1.01)
+    sigma = _solve_monotone(stricter, 1.0, increasing=False, start=1.0, limits=(1e-3, 1e4))
+    # past the search boundary (123.4) to the reporting one, and no further than one step
+    assert stricter(sigma, REPORT_DISCRETISATION) <= 1.0
+    assert stricter(sigma / (1 + 1e-3), REPORT_DISCRETISATION) > 1.0
+    past_cap = _synthetic_epsilon(1e9, True)
+    kwargs = {"start": 1, "limits": (1, 1000), "integer": True, "start_meets": True}
+    assert _solve_monotone(past_cap, 1.0, increasing=True, cap=True, **kwargs) == 1000
+    with pytest.raises(CalibrationError, match=r"^never$"):
+        _solve_monotone(
+            _synthetic_epsilon(1e9, False),
+            1.0,
+            increasing=False,
+            start=1.0,
+            limits=(1e-3, 1e4),
+            infeasible="never",
+        )
 
 
 def test_infeasible_calibrations_are_config_errors():

@@ -10,8 +10,10 @@ epsilon is within the target: a calibrated mechanism never reports more than it 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 from dp_accounting import dp_event
@@ -24,6 +26,8 @@ SEARCH_DISCRETISATION = 1e-3
 MAX_NOISE_MULTIPLIER = 1e4
 MAX_STEPS = 10_000_000
 MIN_NOISE_MULTIPLIER = 1e-3  # the noise search stops here: any less noise also meets the target
+
+Param = TypeVar("Param", int, float)
 
 
 def at_search_bound(steps: int, noise_multiplier: float) -> bool:
@@ -100,6 +104,64 @@ def _check_extra(shape: StepShape, target_epsilon: float, delta: float) -> None:
         )
 
 
+def _solve_monotone(
+    epsilon_of: Callable[[Param, float], float],
+    target: float,
+    *,
+    increasing: bool,
+    start: Param,
+    limits: tuple[Param, Param],
+    integer: bool = False,
+    rel_tol: float = 1e-3,
+    start_meets: bool = False,
+    cap: bool = False,
+    infeasible: str = "no value within the search limits meets the target",
+) -> Param:
+    """The boundary value of a parameter that `epsilon_of(value, discretisation)` is monotone
+    in, where it crosses `target`: the smallest noise meeting it (`increasing=False`) or the
+    largest step count (`increasing=True`). One search for every calibration, as dp-accounting's
+    `calibrate_dp_mechanism` is generic over its parameter, but keeping the suite's two
+    discretisations: search with the coarse one, then tighten until the reporting one agrees.
+
+    From `start` (already checked by the caller if `start_meets`) it doubles towards privacy
+    until the target is met (`CalibrationError(infeasible)` past `limits`), doubles away while
+    it still is, and bisects (geometrically to `rel_tol`, or to adjacent integers). Doubling
+    away past `limits` returns that limit if `cap`, else bisects up to the first value past it,
+    unevaluated. Last, it steps towards privacy by a factor `rel_tol` until the reported
+    epsilon meets the target.
+    """
+    lower, upper = limits
+
+    def eps(value: Param, interval: float = SEARCH_DISCRETISATION) -> float:
+        return epsilon_of(value, interval)
+
+    def double(value: Param, away: bool) -> Param:  # away: towards less privacy
+        if away == increasing:
+            return value * 2
+        return value // 2 if integer else value / 2
+
+    inner = start  # meets the target once the next loop is done
+    while not start_meets and eps(inner) > target:
+        inner = double(inner, away=False)
+        if not lower <= inner <= upper:
+            raise CalibrationError(infeasible)
+    outer = double(inner, away=True)
+    while lower < outer <= upper and eps(outer) <= target:
+        inner, outer = outer, double(outer, away=True)
+    if cap and not lower < outer <= upper:
+        return upper if increasing else lower
+    lo, hi = sorted((inner, outer))
+    while (hi - lo > 1) if integer else (hi / lo > 1 + rel_tol):
+        mid = (lo + hi) // 2 if integer else math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if (eps(mid) <= target) == increasing else (lo, mid)
+    found, factor = (lo, 1 - rel_tol) if increasing else (hi, 1 + rel_tol)
+    while eps(found, REPORT_DISCRETISATION) > target:
+        found = found * factor
+        if integer:
+            found = max(lower, math.floor(found)) if increasing else min(upper, math.ceil(found))
+    return found
+
+
 @lru_cache(maxsize=256)
 def calibrate_noise_multiplier(
     sampling_rate: float,
@@ -121,7 +183,7 @@ def calibrate_noise_multiplier(
     )
     _check_extra(shape, target_epsilon, delta)
 
-    def eps(sigma: float, interval: float = SEARCH_DISCRETISATION) -> float:
+    def eps(sigma: float, interval: float) -> float:
         return _sgd_epsilon(sampling_rate, sigma, steps, laplace_scale, delta, interval, shape)
 
     if laplace_scale is not None:  # no Gaussian noise can make up for the Laplace part alone
@@ -133,23 +195,16 @@ def calibrate_noise_multiplier(
                 f"the Laplace releases alone (scale {laplace_scale}, {steps} steps) exceed "
                 f"epsilon={target_epsilon}; raise the Laplace scale or epsilon, or lower the steps"
             )
-    hi = 1.0
-    while eps(hi) > target_epsilon:
-        hi *= 2
-        if hi > MAX_NOISE_MULTIPLIER:
-            raise CalibrationError(
-                f"cannot reach epsilon={target_epsilon} with {steps} steps at sampling rate "
-                f"{sampling_rate:.4g}" + "; raise epsilon or lower the steps"
-            )
-    lo = hi / 2
-    while lo > MIN_NOISE_MULTIPLIER and eps(lo) <= target_epsilon:
-        hi, lo = lo, lo / 2
-    while hi / lo > 1 + rel_tol:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if eps(mid) <= target_epsilon else (mid, hi)
-    while eps(hi, REPORT_DISCRETISATION) > target_epsilon:
-        hi *= 1 + rel_tol
-    return hi
+    return _solve_monotone(
+        eps,
+        target_epsilon,
+        increasing=False,
+        start=1.0,
+        limits=(MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER),
+        rel_tol=rel_tol,
+        infeasible=f"cannot reach epsilon={target_epsilon} with {steps} steps at sampling rate "
+        f"{sampling_rate:.4g}; raise epsilon or lower the steps",
+    )
 
 
 @lru_cache(maxsize=256)
@@ -171,7 +226,7 @@ def calibrate_steps(
     )
     _check_extra(shape, target_epsilon, delta)
 
-    def eps(steps: int, interval: float = SEARCH_DISCRETISATION) -> float:
+    def eps(steps: int, interval: float) -> float:
         return _sgd_epsilon(
             sampling_rate, noise_multiplier, steps, laplace_scale, delta, interval, shape
         )
@@ -181,14 +236,13 @@ def calibrate_steps(
             f"even one step exceeds epsilon={target_epsilon} at noise multiplier "
             f"{noise_multiplier}; raise the noise multiplier (or the Laplace scale)"
         )
-    lo, hi = 1, 2
-    while eps(hi) <= target_epsilon:
-        lo, hi = hi, hi * 2
-        if hi > MAX_STEPS:
-            return MAX_STEPS
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if eps(mid) <= target_epsilon else (lo, mid)
-    while eps(lo, REPORT_DISCRETISATION) > target_epsilon:
-        lo = max(1, math.floor(lo * 0.999))
-    return lo
+    return _solve_monotone(
+        eps,
+        target_epsilon,
+        increasing=True,
+        start=1,
+        limits=(1, MAX_STEPS),
+        integer=True,
+        start_meets=True,
+        cap=True,
+    )
