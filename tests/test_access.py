@@ -106,11 +106,11 @@ class DataDependentSteps(DPSGD):
         from fairbench.methods.base import Fitted
         from fairbench.methods.engine import run_steps
 
-        model, schedule, step = self._program(task, session)
+        program = self._program(task, session)
         extra = int(np.sum((task.train.s > 0) & (task.train.y == 1))) // 10
-        longer = dataclasses.replace(schedule, steps=schedule.steps + extra)
-        run_steps(session, len(task.train), longer, step, self.plan(longer))
-        return Fitted(model, session.device, info=longer.info())
+        longer = dataclasses.replace(program.schedule, steps=program.schedule.steps + extra)
+        run_steps(session, len(task.train), longer, program.step, self.plan(longer))
+        return Fitted(program.model, session.device, info=longer.info())
 
 
 class Unaccounted(DPSGD):

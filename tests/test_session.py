@@ -60,15 +60,15 @@ class UndeclaredRelease(DPSGD):
     """Also releases noisy label counts of every batch, which its plan never mentions."""
 
     def _program(self, task, session):
-        model, schedule, step = super()._program(task, session)
+        program = super()._program(task, session)
         counts = session.gaussian_counts("label counts", 50.0)
         y = torch.as_tensor(task.train.y)
 
         def leaky(batch):
-            step(batch)
+            program.step(batch)
             counts(y.index_select(0, batch.indices), 2, batch)
 
-        return model, schedule, leaky
+        return dataclasses.replace(program, step=leaky)
 
 
 class ReleaseBeforePlan(DPSGD):
@@ -83,10 +83,11 @@ class ExtraStep(DPSGD):
     """Runs one step more than it planned (and than the budget allows)."""
 
     def train(self, task, fairness, session):
-        model, schedule, step = self._program(task, session)
-        run_steps(session, len(task.train), schedule, step, self.plan(schedule),
+        program = self._program(task, session)
+        schedule = program.schedule
+        run_steps(session, len(task.train), schedule, program.step, self.plan(schedule),
                   steps=schedule.steps + 1)  # fmt: skip
-        return Fitted(model, session.device, budget=schedule.budget())
+        return Fitted(program.model, session.device, budget=schedule.budget())
 
 
 class NoClipping(DPSGD):

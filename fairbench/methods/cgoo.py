@@ -47,6 +47,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -54,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field
+from torch import nn
 
 from fairbench.constraints import group_objectives as go
 from fairbench.errors import ConfigError
@@ -96,6 +98,19 @@ class CGOOHparams(TrainingHparams):
     lr_dual: float = Field(1.0, gt=0, description="multiplier step (play: dual)")
     clip_norm: float = Field(1.0, gt=0)
     count_share: float = Field(0.1, gt=0, lt=1, description="epsilon share of the counts")
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """One trial's reductions game, ready to play: the model (the current component), the
+    oracle's schedule, the count noise, and the three moves of an iteration."""
+
+    model: nn.Module
+    schedule: Schedule
+    count_std: float
+    statistics: Callable[[], np.ndarray]  # release the current classifier's l(c, D)
+    relabel: Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]  # costs -> (z, w)
+    step: Callable[[torch.Tensor, torch.Tensor], None]  # one DP-SGD step of the oracle
 
 
 class WeightedCrossEntropy:
@@ -158,7 +173,7 @@ class CGOO(Method):
                 dp_event.GaussianDpEvent(count_std), hp.iterations))  # fmt: skip
         return plan
 
-    def _setup(self, task: Task, session: PrivacySession):
+    def _setup(self, task: Task, session: PrivacySession) -> Reduction:
         """Model, noise and data for one trial: `statistics()` releases the current
         classifier's l(c, D); `relabel(costs)` turns costs into (targets, weights);
         `step(z, w)` is one DP-SGD step of the oracle. The plan is submitted here."""
@@ -201,7 +216,7 @@ class CGOO(Method):
                 for p, grad in zip(params, sums, strict=True):
                     p.sub_(hp.lr / (schedule.sampling_rate * n) * grad)
 
-        return model, statistics, relabel, step, (schedule, count_std)
+        return Reduction(model, schedule, count_std, statistics, relabel, step)
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
         if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
@@ -210,13 +225,14 @@ class CGOO(Method):
         if fairness.knob is None or fairness.knob <= 0:
             raise ConfigError(f"method {self.name} needs alpha values > 0: give it `knobs`")
         hp, alpha = self.hparams, float(fairness.knob)
-        model, statistics, relabel, step, (schedule, count_std) = self._setup(task, session)
+        run = self._setup(task, session)
+        model, schedule, count_std = run.model, run.schedule, run.count_std
         f = OBJECTIVES[hp.objective]
         g = constraint_function(fairness.constraint, alpha, hp.eta)
         components, trace, big_g = [], [], hp.G
         released, lam = [], None
         for t in range(hp.iterations):
-            released.append(statistics())  # of c_t: the initialisation c_0, then c_1, ...
+            released.append(run.statistics())  # of c_t: the initialisation c_0, then c_1, ...
             # the decision so far is the uniform mixture of c_1..c_t: its statistics are the
             # mean of theirs (Frank-Wolfe with step 1 / (t + 1))
             stats = np.mean(released[1:], axis=0) if t else released[0]
@@ -239,9 +255,9 @@ class CGOO(Method):
                 constraint_cost = np.tensordot(lam, grads, axes=1)
             else:  # the paper's indicator (c_1 answers f alone)
                 constraint_cost = big_g * float(t > 0 and g_value >= 0) * g_grad
-            z, w = relabel(f_grad + constraint_cost)
+            z, w = run.relabel(f_grad + constraint_cost)
             for _ in range(schedule.steps):
-                step(z, w)
+                run.step(z, w)
             components.append(copy.deepcopy(model))
             trace.append({"f": f_value, "g": g_value,
                           "lambda": float(np.sum(lam)) if lam is not None else None})  # fmt: skip
@@ -257,10 +273,10 @@ class CGOO(Method):
     ) -> Callable[[], None]:
         """One oracle step, on the costs of plain error."""
         session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
-        _, statistics, relabel, step, _ = self._setup(task, session)
-        stats = statistics()
-        z, w = relabel(go.error(stats, go.Sizes.of(stats))[1])
-        return lambda: step(z, w)
+        run = self._setup(task, session)
+        stats = run.statistics()
+        z, w = run.relabel(go.error(stats, go.Sizes.of(stats))[1])
+        return lambda: run.step(z, w)
 
 
 class CGOONonPrivate(CGOO):

@@ -72,6 +72,7 @@ from fairbench.methods.base import (
     resolve_device,
 )
 from fairbench.methods.engine import (
+    Program,
     Schedule,
     calibrated,
     check_one_free_quantity,
@@ -260,8 +261,10 @@ class DPFermi(Method):
             )
         return float(fairness.knob)
 
-    def _program(self, task: Task, fairness: FairnessSpec, session: PrivacySession, steps=None):
-        """Submit the plan and draw the marginals; return (model, schedule, shape, step, W)."""
+    def _program(
+        self, task: Task, fairness: FairnessSpec, session: PrivacySession, steps: int | None = None
+    ) -> Program:
+        """Submit the plan (for `steps`, default all) and draw the marginals."""
         hp, lam, dev = self.hparams, self._check(fairness), session.device
         model = init_model(hp, task, session.seed, dev)
         x, y = train_tensors(task, dev)
@@ -277,7 +280,12 @@ class DPFermi(Method):
         p = self._marginals(session, cell, s, (n_cells, k), shape.extra)
         inv_sqrt_p = p.rsqrt().to(dev, torch.float32)
         step, final_w = self._step(model, (x, y, s, cell), inv_sqrt_p, lam, schedule, session)
-        return model, schedule, shape, step, (final_w, p)
+
+        def report() -> dict:
+            return {"w_norm": final_w().flatten(1).norm(dim=1).cpu().tolist(),
+                    "marginals": p.cpu().tolist()}  # fmt: skip
+
+        return Program(model, schedule, step, report)
 
     def _step(self, model, data, inv_sqrt_p, lam, schedule, session):
         """One batch's update: noisy descent on theta, noisy projected ascent on W."""
@@ -344,20 +352,20 @@ class DPFermi(Method):
         chosen = None
         if hp.iterate == "random":
             chosen = int(np.random.default_rng([session.seed, 7]).integers(1, full.steps + 1))
-        model, schedule, shape, step, (final_w, p) = self._program(task, fairness, session, chosen)
+        program = self._program(task, fairness, session, chosen)
+        schedule, lam = program.schedule, self._check(fairness)
         chosen = chosen or schedule.steps
         next_batch = session.poisson(len(task.train), schedule.sampling_rate)
         for _ in range(chosen):  # the iterates after the chosen one are never looked at
-            step(next_batch())
-        info = self._info(schedule, shape, self._check(fairness), session.budget)
+            program.step(next_batch())
+        info = self._info(schedule, self._shape(lam, self._count_event(lam)), lam, session.budget)
         info["returned_iterate"] = chosen
-        info["w_norm"] = final_w().flatten(1).norm(dim=1).cpu().tolist()
-        info["marginals"] = p.cpu().tolist()
+        info.update(program.report())
         counts = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
         notion = hp.privacy_notion + ("+public-marginals" if hp.marginals == "public" else "")
         paper = hp.sensitive_accounting == "paper"
         notion += " (paper analysis)" if paper else ""
-        return Fitted(model, session.device, privacy_notion=notion, info=info,
+        return Fitted(program.model, session.device, privacy_notion=notion, info=info,
                       target_accounting="paper-analysis" if paper else "suite",
                       budget=schedule.budget(chosen, **counts))  # fmt: skip
 
@@ -366,6 +374,6 @@ class DPFermi(Method):
     ) -> Callable[[], None]:
         session = PrivacySession(seed, resolve_device(device), privacy)
         fairness = FairnessSpec("demographic_parity", 1.0)
-        _, schedule, _, step, _ = self._program(task, fairness, session)
-        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
-        return lambda: step(next_batch())
+        program = self._program(task, fairness, session)
+        next_batch = session.poisson(len(task.train), program.schedule.sampling_rate)
+        return lambda: program.step(next_batch())

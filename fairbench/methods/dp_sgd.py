@@ -25,11 +25,13 @@ from fairbench.methods.base import (
     resolve_device,
 )
 from fairbench.methods.engine import (
+    Program,
     Schedule,
     calibrated,
     check_one_free_quantity,
     expected_batch,
     init_model,
+    one_step,
     run_steps,
     train_tensors,
 )
@@ -73,8 +75,7 @@ class DPSGD(Method):
                                      schedule.steps))  # fmt: skip
         return plan
 
-    def _program(self, task: Task, session: PrivacySession):
-        """(model, schedule, step): the trial's model and its one-batch update."""
+    def _program(self, task: Task, session: PrivacySession) -> Program:
         hp = self.hparams
         model = init_model(hp, task, session.seed, session.device)
         x, y = train_tensors(task, session.device)
@@ -92,19 +93,18 @@ class DPSGD(Method):
                 for p, g in zip(params, noisy, strict=True):
                     p.sub_(scale * g)
 
-        return model, schedule, step
+        return Program(model, schedule, step)
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        model, schedule, step = self._program(task, session)
-        run_steps(session, len(task.train), schedule, step, self.plan(schedule))
+        program = self._program(task, session)
+        schedule = program.schedule
+        run_steps(session, len(task.train), schedule, program.step, self.plan(schedule))
         info = {**schedule.info(), "clip_norm": self.hparams.clip_norm}
-        return Fitted(model, session.device, info=info, budget=schedule.budget())
+        return Fitted(program.model, session.device, info=info, budget=schedule.budget())
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
         session = PrivacySession(seed, resolve_device(device), privacy)
-        _, schedule, step = self._program(task, session)
-        session.submit_plan(self.plan(schedule))
-        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
-        return lambda: step(next_batch())
+        program = self._program(task, session)
+        return one_step(session, program, len(task.train), self.plan(program.schedule))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -92,6 +93,17 @@ class Schedule:
                 "noise_multiplier": self.noise_multiplier}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Program:
+    """One trial ready to run: its model, the schedule it runs, its one-batch update, and what
+    the method reports about its own state after training (e.g. its final dual variables)."""
+
+    model: nn.Module
+    schedule: Schedule
+    step: Callable[[Batch], None]
+    report: Callable[[], dict[str, Any]] = dict
+
+
 def uncalibrated(hp: TrainingHparams, n: int) -> Schedule:
     """Steps from `epochs` at the expected batch size, no noise (non-private twins)."""
     q = min(1.0, hp.batch_size / n)
@@ -134,6 +146,15 @@ def run_steps(
     next_batch = session.poisson(n, schedule.sampling_rate)
     for _ in range(schedule.steps if steps is None else steps):
         step(next_batch())
+
+
+def one_step(
+    session: PrivacySession, program: Program, n: int, plan: PrivacyLedger
+) -> Callable[[], None]:
+    """`fairbench bench`'s view of a program: each call draws a batch and runs one step."""
+    session.submit_plan(plan)
+    next_batch = session.poisson(n, program.schedule.sampling_rate)
+    return lambda: program.step(next_batch())
 
 
 def expected_batch(schedule: Schedule, n: int) -> float:

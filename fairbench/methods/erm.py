@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from fairbench.methods.base import (
-    Budget,
     Device,
     FairnessSpec,
     Fitted,
@@ -18,9 +17,9 @@ from fairbench.methods.base import (
     TrainingHparams,
     resolve_device,
 )
-from fairbench.methods.engine import init_model, train_tensors
+from fairbench.methods.engine import Program, Schedule, init_model, train_tensors
 from fairbench.privacy import PrivacyBudget
-from fairbench.privacy.session import PrivacySession
+from fairbench.privacy.session import Batch, PrivacySession
 from fairbench.task import Task
 
 
@@ -38,31 +37,35 @@ class ERM(Method):
     Hparams = ERMHparams
     hparams: ERMHparams
 
-    def _setup(self, task: Task, session: PrivacySession):
+    def _program(self, task: Task, session: PrivacySession) -> Program:
         hp = self.hparams
         model = init_model(hp, task, session.seed, session.device)
         x, y = train_tensors(task, session.device)
-        next_batch = session.shuffled(len(y), hp.batch_size)
         optimiser = torch.optim.SGD(model.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
 
-        def step() -> None:
-            idx = next_batch().indices
+        def step(batch: Batch) -> None:
+            idx = batch.indices
             optimiser.zero_grad(set_to_none=True)
             F.cross_entropy(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
             optimiser.step()
 
         steps = math.ceil(hp.epochs * len(y) / hp.batch_size)
-        return model, step, steps
+        return Program(model, Schedule(min(1.0, hp.batch_size / len(y)), steps), step)
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        model, step, steps = self._setup(task, session)
-        model.train()
-        for _ in range(steps):
-            step()
-        budget = Budget(steps, min(1.0, self.hparams.batch_size / len(task.train)))
-        return Fitted(model, session.device, info={"steps": steps}, budget=budget)
+        program = self._program(task, session)
+        program.model.train()
+        next_batch = session.shuffled(len(task.train), self.hparams.batch_size)
+        for _ in range(program.schedule.steps):
+            program.step(next_batch())
+        steps = program.schedule.steps
+        return Fitted(program.model, session.device, info={"steps": steps},
+                      budget=program.schedule.budget())  # fmt: skip
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
-        return self._setup(task, PrivacySession(seed, resolve_device(device)))[1]
+        session = PrivacySession(seed, resolve_device(device))
+        program = self._program(task, session)
+        next_batch = session.shuffled(len(task.train), self.hparams.batch_size)
+        return lambda: program.step(next_batch())

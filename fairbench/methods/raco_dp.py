@@ -65,11 +65,13 @@ from fairbench.methods.base import (
     resolve_device,
 )
 from fairbench.methods.engine import (
+    Program,
     Schedule,
     calibrated,
     check_one_free_quantity,
     expected_batch,
     init_model,
+    one_step,
     run_steps,
     train_tensors,
     uncalibrated,
@@ -210,8 +212,7 @@ class SGDA(Method):
             )
         return cs, parts
 
-    def _program(self, task: Task, fairness: FairnessSpec, session: PrivacySession):
-        """(model, schedule, step, final lambda): the trial's model and its one-batch update."""
+    def _program(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Program:
         hp, dev = self.hparams, session.device
         cs, parts = self._partition(task, fairness)
         model = init_model(hp, task, session.seed, dev)
@@ -244,27 +245,28 @@ class SGDA(Method):
                 gap = rates.values(hist, sizes) - rates.gamma
                 lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
 
-        return model, schedule, step, lambda: lam, cs
+        def report() -> dict:
+            return {"n_constraints": cs.n_constraints, "lambda": lam.cpu().tolist()}
+
+        return Program(model, schedule, step, report)
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        model, schedule, step, final_lambda, cs = self._program(task, fairness, session)
-        run_steps(session, len(task.train), schedule, step, self.plan(schedule))
+        program = self._program(task, fairness, session)
+        schedule = program.schedule
+        run_steps(session, len(task.train), schedule, program.step, self.plan(schedule))
         hp, laplace = self.hparams, self.laplace_scale()
         info = {**schedule.info(), "laplace_scale": laplace, "clip_norm": hp.clip_norm,
-                "gamma": fairness.knob, "n_constraints": cs.n_constraints,
-                "lambda": final_lambda().cpu().tolist()}  # fmt: skip
+                "gamma": fairness.knob, **program.report()}  # fmt: skip
         budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
-        return Fitted(model, session.device, info=info, budget=budget)
+        return Fitted(program.model, session.device, info=info, budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
         session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
         fairness = FairnessSpec("demographic_parity", 0.05)
-        _, schedule, step, _, _ = self._program(task, fairness, session)
-        session.submit_plan(self.plan(schedule))
-        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
-        return lambda: step(next_batch())
+        program = self._program(task, fairness, session)
+        return one_step(session, program, len(task.train), self.plan(program.schedule))
 
 
 class RaCODP(SGDA):
