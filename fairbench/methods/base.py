@@ -25,7 +25,7 @@ from fairbench.errors import ConfigError
 from fairbench.methods.knob import Knob
 from fairbench.models import ModelKind
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
-from fairbench.privacy.session import PrivacySession, check_plan
+from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.task import Task
 
 Device = Literal["cpu", "cuda", "auto"]
@@ -189,7 +189,10 @@ class Method(ABC):
         if session is None:
             session = PrivacySession(seed, resolve_device(device), privacy if self.private
                                      else None)  # fmt: skip
-        fitted = self.train(task, fairness, session)
+        try:
+            fitted = self.train(task, fairness, session)
+        except PrivacyContractError as refused:  # a draw outside the plan: name the method
+            raise PrivacyContractError(f"method {self.name}: {refused}") from None
         fitted.ledger, fitted.plan = session.ledger(), session.plan
         check_plan(self.name, fitted.plan, fitted.ledger)
         if fitted.privacy_notion is None:

@@ -4,8 +4,10 @@ The ledger is produced by the noise, not declared beside it. A method obtains it
 (clipped Gaussian sums, Gaussian counts, Laplace histograms, Analyze-Gauss Gram matrices)
 and its Poisson sampler from the session; every mechanism call draws its noise and records
 its DpEvent at that moment, tagged with the batch it read. Before the first draw the method
-submits its plan (the events it will run). `check_plan` compares what was recorded with
-what was planned; the runner refuses to store a trial where they differ.
+submits its plan (the events it will run). A release the plan does not allow (another noise
+multiplier, a release it never mentions, one step more than planned) is refused before its
+noise is drawn; `check_plan` compares what was recorded with what was planned at the end
+(fewer rounds than planned also differ), and the runner refuses to store such a trial.
 
 Mechanisms bound sensitivities themselves: a sum clips each record's contribution (the suite's
 one clipping rule, `contributions.clipped_sum`), a count builds its counts from cell indices,
@@ -103,6 +105,8 @@ class PrivacySession:
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.numpy_rng = np.random.default_rng([self.seed, NUMPY_SALT])
         self._rounds = 0
+        self._allowance: Counter[tuple] = Counter()
+        self._drawn: Counter[tuple] = Counter()
         if self.budget is None:
             self.notion = PrivacyNotion.NONE
 
@@ -117,6 +121,7 @@ class PrivacySession:
         if self.plan is not None:
             raise PrivacyContractError("a plan was already submitted; use extend_plan")
         self.plan = PrivacyLedger(list(plan.entries), plan.parallel_groups)
+        self._allowance = planned_releases(self.plan)
         if self.private:
             self.notion = notion
 
@@ -125,6 +130,7 @@ class PrivacySession:
         if self.plan is None:
             raise PrivacyContractError("submit a plan before extending it")
         self.plan.entries.extend(entries.entries)
+        self._allowance += planned_releases(entries)
 
     # -- sampling -----------------------------------------------------------------------------
     def poisson(self, n: int, rate: float) -> Callable[[], Batch]:
@@ -176,6 +182,13 @@ class PrivacySession:
             )
         rate = None if batch is None else batch.rate
         round_ = None if batch is None or batch.rate is None else batch.round
+        key = (rate, repr(event), group)
+        self._drawn[key] += 1
+        if self._drawn[key] > self._allowance[key]:  # refused before its noise is drawn
+            raise PrivacyContractError(
+                f"release {label!r} beyond the plan: {event} (sampling rate {rate}) drawn "
+                f"{self._drawn[key]} time(s), planned {self._allowance[key]}"
+            )
         self.releases.append(Release(label, event, round_, rate, group))
 
     def _check_noise(self, label: str, noise_multiplier: float, sensitivity: float) -> bool:
@@ -209,14 +222,12 @@ class GaussianSum:
         sensitivity = self.clip * self.session.substitution_factor(2.0)
         if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
             return sums
-        std = self.noise_multiplier * sensitivity
-        if isinstance(sums[0], np.ndarray):
-            noisy = [gaussian_release(s, std, self.session.numpy_rng) for s in sums]
-        else:
-            noisy = add_gaussian_noise(sums, std, self.session.generator)
         event = dp_event.GaussianDpEvent(self.noise_multiplier)
         self.session._record(self.label, event, batch, self.group)
-        return noisy
+        std = self.noise_multiplier * sensitivity
+        if isinstance(sums[0], np.ndarray):
+            return [gaussian_release(s, std, self.session.numpy_rng) for s in sums]
+        return add_gaussian_noise(sums, std, self.session.generator)
 
 
 class GaussianCounts:
@@ -237,14 +248,12 @@ class GaussianCounts:
         sensitivity = self.session.substitution_factor(math.sqrt(2))
         if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
             return counts
-        std = self.noise_multiplier * sensitivity
-        if isinstance(counts, np.ndarray):
-            noisy = gaussian_release(counts, std, self.session.numpy_rng)
-        else:
-            noisy = add_gaussian_noise([counts], std, self.session.generator)[0]
         self.session._record(self.label, dp_event.GaussianDpEvent(self.noise_multiplier), batch,
                              self.group)  # fmt: skip
-        return noisy
+        std = self.noise_multiplier * sensitivity
+        if isinstance(counts, np.ndarray):
+            return gaussian_release(counts, std, self.session.numpy_rng)
+        return add_gaussian_noise([counts], std, self.session.generator)[0]
 
 
 class LaplaceHistogram:
@@ -267,9 +276,8 @@ class LaplaceHistogram:
                 f"release {self.label!r}: a histogram row has l1 norm above 1; its sensitivity "
                 "would exceed the declared one"
             )
-        noisy = add_laplace_noise(hist, self.scale * sensitivity, self.session.generator)
         self.session._record(self.label, dp_event.LaplaceDpEvent(self.scale), batch, None)
-        return noisy
+        return add_laplace_noise(hist, self.scale * sensitivity, self.session.generator)
 
 
 class GaussianGram:
@@ -286,11 +294,10 @@ class GaussianGram:
         sensitivity = self.clip**2 * self.session.substitution_factor(2.0)
         if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
             return gram
-        std = self.noise_multiplier * sensitivity
-        noisy = symmetric_gaussian_release(gram, std, self.session.numpy_rng)
         self.session._record(self.label, dp_event.GaussianDpEvent(self.noise_multiplier), None,
                              None)  # fmt: skip
-        return noisy
+        std = self.noise_multiplier * sensitivity
+        return symmetric_gaussian_release(gram, std, self.session.numpy_rng)
 
 
 def ledger_of(
@@ -324,6 +331,30 @@ def ledger_of(
         ledger.record(label, event if times == 1 else dp_event.SelfComposedDpEvent(event, times),
                       group)  # fmt: skip
     return ledger
+
+
+def planned_releases(plan: PrivacyLedger) -> Counter[tuple]:
+    """How many times each release may be drawn, by (sampling rate, event, group): the plan's
+    rounds unpacked into the releases a session records one by one."""
+    out: Counter[tuple] = Counter()
+    for entry in plan.entries:
+        out += _releases(entry.event, None, entry.group)
+    return out
+
+
+def _releases(event: dp_event.DpEvent, rate: float | None, group: int | None) -> Counter[tuple]:
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        return Counter({k: v * event.count for k, v in _releases(event.event, rate, group).items()})
+    if isinstance(event, dp_event.ComposedDpEvent):
+        total: Counter[tuple] = Counter()
+        for e in event.events:
+            total += _releases(e, rate, group)
+        return total
+    if isinstance(event, dp_event.NoOpDpEvent):
+        return Counter()
+    if isinstance(event, dp_event.PoissonSampledDpEvent | SubstitutionSampledDpEvent):
+        return _releases(event.event, event.sampling_probability, group)
+    return Counter({(rate, repr(event), group): 1})
 
 
 def canonical(ledger: PrivacyLedger) -> Counter[tuple[int | None, str]]:
