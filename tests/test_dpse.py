@@ -68,7 +68,10 @@ def test_a_tiny_budget_falls_back_to_uniform_standard_errors(mixture):
     z = np.hstack([mixture.train.X, np.ones((len(mixture.train), 1))])
     sizes = np.bincount(mixture.train.s).astype(float)
     session = session_module.PrivacySession(0, budget=PrivacyBudget(1.0))
-    session.submit_plan(PrivacyLedger())
+    plan = PrivacyLedger()
+    for label, event, group in method._stage1_plan(budget, k, False):
+        plan.record(label, event, group)
+    session.submit_plan(plan)
     se = method.standard_errors(z, mixture.train.y, mixture.train.s, sizes, k, False, budget,
                                 session)  # fmt: skip
     assert se == pytest.approx([1 / math.sqrt(k)] * k)
