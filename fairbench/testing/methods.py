@@ -119,8 +119,9 @@ class Checker:
             fitted = method.fit(task, budget, FairnessSpec(self.constraint, knob), seed, "cpu",
                                 session=session)  # fmt: skip
         except PrivacyContractError as exc:
-            plan = "differ from its plan" in str(exc) or "without a plan" in str(exc)
-            self.fail("ledger-matches-plan" if plan else "privacy-contract", str(exc))
+            message = str(exc).removeprefix(f"method {self.cls.name}: ")  # said once, by fail
+            plan = "differ from its plan" in message or "without a plan" in message
+            self.fail("ledger-matches-plan" if plan else "privacy-contract", message)
         except Exception as exc:  # any error in a fit fails the check that asked for it
             self.fail(check, f"fit (seed {seed}, epsilon {epsilon}, knob {knob}) raised "
                       f"{type(exc).__name__}: {exc}")  # fmt: skip
