@@ -3,7 +3,6 @@ it, so does the example plugin, and broken variants fail it at the check meant t
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from fairbench.testing import check_adapter, check_method
 from fairbench.testing.__main__ import main
 from tests.conftest import REPO
 from tests.pums_fixture import write_pums
+from tests.test_session import LessNoise, Overspend  # the session tests' broken variants
 
 # (hyper-parameters, check_method options) small enough for a few seconds per method; knob
 # values are (loose, strict) while the built-ins declare their knobs as plain names
@@ -140,34 +140,13 @@ def test_python_dash_m_runs_from_the_repository_root():
 
 
 # -- broken variants: each fails at the check meant to catch it ----------------------------------
-class LessNoise(DPSGD):
-    """Draws 10x less noise than its plan says (`fit`'s own plan check refuses it)."""
-
-    def schedule(self, n, privacy):
-        honest = super().schedule(n, privacy)
-        return dataclasses.replace(honest, noise_multiplier=honest.noise_multiplier / 10)
-
-    def plan(self, schedule):
-        return super().plan(
-            dataclasses.replace(schedule, noise_multiplier=schedule.noise_multiplier * 10)
-        )
-
-
 class UncheckedLessNoise(LessNoise):
-    """The same, with a `fit` that skips the plan check: the kit's own comparison catches it."""
+    """10x less noise, with a `fit` that skips the plan check: the session still refuses."""
 
     def fit(self, task, privacy, fairness, seed, device="cpu", session=None):
         fitted = self.train(task, fairness, session)
         fitted.ledger, fitted.plan = session.ledger(), session.plan
         return fitted
-
-
-class Overspend(DPSGD):
-    """Plans and runs twice the steps its noise was calibrated for."""
-
-    def schedule(self, n, privacy):
-        honest = super().schedule(n, privacy)
-        return dataclasses.replace(honest, steps=2 * honest.steps)
 
 
 class SeededFromTime(DPSGD):
