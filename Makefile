@@ -112,12 +112,10 @@ fig-credit-parkinsons: install
 fig-dp-fermi: install
 	$(BIN)/fairbench run fig-dp-fermi --out results/figures/fig-dp-fermi $(if $(WORKERS),--workers $(WORKERS))
 
-# DPSE Table 1 (5 groups), the rho sweep (2 groups), Table 1 at the paper's noise scale, and
-# Parkinsons total_UPDRS by sex
+# DPSE Table 1 (5 groups), the rho sweep (2 groups), Parkinsons total_UPDRS by sex, and Adult
 fig-dpse: install
 	$(BIN)/fairbench run fig-dpse --out results/figures/fig-dpse/table1 $(if $(WORKERS),--workers $(WORKERS))
 	$(BIN)/fairbench run fig-dpse-sweep --out results/figures/fig-dpse/sweep $(if $(WORKERS),--workers $(WORKERS))
-	$(BIN)/fairbench run dpse-paper-noise --out results/figures/fig-dpse/paper-noise $(if $(WORKERS),--workers $(WORKERS))
 	$(BIN)/fairbench run dpse-parkinsons --out results/figures/fig-dpse/parkinsons $(if $(WORKERS),--workers $(WORKERS))
 	$(BIN)/fairbench run dpse-adult --out results/figures/fig-dpse/adult $(if $(WORKERS),--workers $(WORKERS))
 	cp results/figures/fig-dpse/table1/group_losses.csv results/figures/fig-dpse/table1.csv

@@ -82,7 +82,7 @@ class ReweighedDPSGD(Method):
         if strength < 0:
             raise ConfigError(f"method {self.name}: strength must be >= 0, got {strength}")
         hp, dev = self.hparams, session.device
-        model = init_model(hp, task, session.seed, dev)
+        model = init_model(hp, task, session)
         x, y = train_tensors(task, dev)
         s = torch.as_tensor(task.train.s, dtype=torch.int64, device=dev)
         k, c = task.n_groups, task.n_classes

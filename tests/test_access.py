@@ -11,7 +11,7 @@ from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, get_method, registry
 from fairbench.methods.dp_sgd import DPSGD
 from fairbench.privacy import PrivacyBudget
-from fairbench.privacy.noise import add_gaussian_noise
+from fairbench.privacy.noise import FloatNoise, noisy_sums
 from fairbench.task import Task
 
 BUDGET = PrivacyBudget(1.0, 1e-5)
@@ -96,7 +96,7 @@ class ExactGroupSizes(DPSGD):
 
 
 class DataDependentSteps(DPSGD):
-    """Leaky: one extra step per 10 positive minority records (the step count reads data)."""
+    """Leaky: one extra step per 2 positive minority records (the step count reads data)."""
 
     name = "leaky-steps"
 
@@ -107,7 +107,7 @@ class DataDependentSteps(DPSGD):
         from fairbench.methods.engine import run_steps
 
         program = self._program(task, session)
-        extra = int(np.sum((task.train.s > 0) & (task.train.y == 1))) // 10
+        extra = int(np.sum((task.train.s > 0) & (task.train.y == 1))) // 2
         longer = dataclasses.replace(program.schedule, steps=program.schedule.steps + extra)
         run_steps(session, len(task.train), longer, program.step, self.plan(longer))
         return Fitted(program.model, session.device, info=longer.info())
@@ -123,7 +123,8 @@ class Unaccounted(DPSGD):
 
         fitted = super().fit(task, privacy, fairness, seed, device)
         total = torch.tensor([float(task.train.y.sum())])
-        noisy = add_gaussian_noise([total], 1.0, torch.Generator().manual_seed(seed))[0]
+        noise = FloatNoise(torch.Generator().manual_seed(seed))
+        noisy = noisy_sums("gaussian", noise, [total], 1.0, 1.0, len(task.train))[0]
         fitted.info["positives"] = float(noisy)
         return fitted
 

@@ -52,7 +52,8 @@ def test_stage_one_gives_noisier_groups_larger_standard_errors(mixture):
     fitted = get_method("dpse", steps=5).fit(mixture, PrivacyBudget(8.0), NO_CONSTRAINT, seed=1)
     se = np.array(fitted.info["standard_errors"])
     assert np.sum(se**2) == pytest.approx(1.0)
-    assert se[1] > 2 * se[0] and se[2] > 2 * se[0]  # residual std 2 against 0.5
+    # residual std 2 against 0.5: over seeds 0-11 the ratios run 1.56-2.21 (median 1.9)
+    assert se[1] > 1.4 * se[0] and se[2] > 1.4 * se[0]
     assert fitted.info["budget_shares"] == pytest.approx((se**2).tolist())
     nose = get_method("dpnose", steps=5, objective="group_means").fit(
         mixture, PrivacyBudget(8.0), NO_CONSTRAINT, 1
@@ -166,18 +167,9 @@ def test_the_runner_reports_regression_rows(cli, tmp_path):
     assert trials["test_smallest_group_loss"].notna().all()
 
 
-def test_paper_noise_scale_adds_n_k_times_the_noise_and_accounts_it(mixture):
-    budget = PrivacyBudget(4.0)
-    hp = {"steps": 10, "group_sizes": "public", "objective": "group_means"}
-    ours = get_method("dpnose", **hp).fit(mixture, budget, NO_CONSTRAINT, 0)
-    paper = get_method("dpnose", **hp, noise_scale="paper").fit(mixture, budget, NO_CONSTRAINT, 0)
-    sizes = np.bincount(mixture.train.s)
-    for g, size in enumerate(sizes):
-        label = f"group {g}"
-        (a,) = [e.event for e in ours.ledger.entries if label in e.label]
-        (b,) = [e.event for e in paper.ledger.entries if label in e.label]
-        assert b.event.noise_multiplier == pytest.approx(size * a.event.noise_multiplier)
-    assert paper.ledger.epsilon(1e-5) < 0.1 * ours.ledger.epsilon(1e-5)
+def test_the_paper_noise_scale_is_gone_its_epsilon_was_data_dependent():
+    with pytest.raises(ConfigError, match="noise_scale"):
+        get_method("dpnose", noise_scale="paper")
 
 
 def test_dpnose_is_standard_dp_gradient_descent_at_the_whole_budget(mixture):
@@ -293,14 +285,17 @@ def test_a_singular_design_and_a_nonpositive_residual_sum_each_fall_back(mixture
     k = mixture.n_groups
     uniform = [1 / math.sqrt(k)] * k
     method = get_method("dpse", steps=3)
-    monkeypatch.setattr(session_module, "symmetric_gaussian_release",
-                        lambda m, std, rng: -np.eye(len(m)))  # fmt: skip
+    monkeypatch.setattr(session_module, "noisy_symmetric",
+                        lambda noise, m, *args: -np.eye(len(m)))  # fmt: skip
     fitted = method.fit(mixture, PrivacyBudget(4.0), NO_CONSTRAINT, seed=0)
     assert fitted.info["standard_errors"] == pytest.approx(uniform)
     monkeypatch.undo()
-    real = session_module.gaussian_release  # a residual sum is the only one-entry release
-    monkeypatch.setattr(session_module, "gaussian_release", lambda v, std, rng: (
-        np.full(1, -1.0) if np.shape(v) == (1,) else real(v, std, rng)))  # fmt: skip
+    real = session_module.noisy_sums
+
+    def negative_residual_sum(kind, noise, sums, *args):  # the only one-entry release
+        return [np.full(1, -1.0)] if np.shape(sums[0]) == (1,) else real(kind, noise, sums, *args)
+
+    monkeypatch.setattr(session_module, "noisy_sums", negative_residual_sum)
     fitted = method.fit(mixture, PrivacyBudget(4.0), NO_CONSTRAINT, seed=0)
     assert fitted.info["standard_errors"] == pytest.approx(uniform)
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent / "fairbench"
 
 # Lowest first: a subpackage may import from its own layer or below, never from above.
 LAYERS = [
-    {"errors", "task", "metrics"},
+    {"errors", "task", "metrics", "streams"},
     {"privacy", "constraints", "datasets", "models"},
     {"methods"},
     {"rundir"},

@@ -20,6 +20,7 @@ from fairbench.models import MLP, build_model
 from fairbench.privacy import PrivacyLedger, epsilon
 from fairbench.privacy import session as session_module
 from fairbench.privacy.events import sgd_steps
+from fairbench.privacy.session import PrivacySession
 from fairbench.rundir.row import TrialRow
 from fairbench.runner import trial
 from fairbench.runner.trial import TrialSpec, run_trial
@@ -154,7 +155,7 @@ def test_the_mlp_width_defaults_to_32(method):
     hp = get_method(method, model="mlp").hparams
     assert hp.hidden == 32
     task = get_dataset("synthetic", n_rows=200).load(seed=0)
-    assert linear_widths(init_model(hp, task, 0, "cpu"))[0][1] == 32
+    assert linear_widths(init_model(hp, task, PrivacySession(0)))[0][1] == 32
     assert linear_widths(build_model("mlp", 5, 2))[0] == (5, 32)
 
 

@@ -14,7 +14,7 @@ from fairbench.methods import FairnessSpec, get_method
 from fairbench.models import LogisticRegression
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.noise import add_laplace_noise
+from fairbench.privacy.noise import FloatNoise
 from fairbench.privacy.session import PrivacySession
 from tests.clipping import ClippedGradients
 from tests.conftest import needs_adult
@@ -50,8 +50,8 @@ def test_histogram_l1_sensitivity_is_one_under_add_remove(hard):
 
 def test_laplace_noise_is_drawn_independently_for_every_cell():
     """The authors' code shared one draw across predicted classes; here cells are independent."""
-    gen = torch.Generator().manual_seed(0)
-    draws = torch.stack([add_laplace_noise(torch.zeros(4, 2), 5.0, gen) for _ in range(4000)])
+    noise, zeros = FloatNoise(torch.Generator().manual_seed(0)), torch.zeros(4, 2).double()
+    draws = torch.stack([noise.laplace(zeros, 5.0, 1.0, 1) for _ in range(4000)])
     assert (draws[:, :, 0] != draws[:, :, 1]).all()
     corr = np.corrcoef(draws[:, 0, 0].numpy(), draws[:, 0, 1].numpy())[0, 1]
     assert abs(corr) < 0.05

@@ -79,7 +79,8 @@ def test_trial_rows_hold_the_documented_columns_in_stored_order():
     from fairbench.runner.trial import TrialSpec, run_trial
 
     assert tuple(f.name for f in fields(TrialRow))[:-2] == COLUMNS
-    spec_fields = tuple(f.name for f in fields(TrialSpec))
+    # secure_noise (off by default) is no column: rows keep the sampler in info.noise_sampler
+    spec_fields = tuple(f.name for f in fields(TrialSpec) if f.name != "secure_noise")
     assert COLUMNS[2 : 2 + len(spec_fields)] == spec_fields
     one = {**SMALL, "seeds": 1, "methods": [{"name": "erm", "hparams": {"epochs": 1}}]}
     three_groups = {"name": "synthetic", "options": {"n_rows": 600, "n_groups": 3}}

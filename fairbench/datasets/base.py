@@ -21,6 +21,7 @@ from pydantic import (
 from fairbench.datasets.files import DataFile, fetch, locate
 from fairbench.datasets.subsample import subsample_train
 from fairbench.errors import ConfigError, DataError
+from fairbench.streams import numpy_stream
 from fairbench.task import Provenance, Split, Task
 
 TEST_FRACTION = 0.25
@@ -90,7 +91,7 @@ def stratified_split(strata: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndar
     Test takes 25% of every stratum, validation 15% of what remains; each part is sorted so
     that the split depends on the seed only, not on iteration order.
     """
-    rng = np.random.default_rng(seed)
+    rng = numpy_stream(seed, "split")
     parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
     for value in np.unique(strata):
         idx = rng.permutation(np.flatnonzero(strata == value))
@@ -111,7 +112,7 @@ def unit_split(
     units are shuffled and taken until the part has its share of that stratum's rows (25%
     test, 15% of the rest validation), so every stratum appears in every part when it has
     at least three units."""
-    rng = np.random.default_rng(seed)
+    rng = numpy_stream(seed, "split")
     parts: tuple[list, list, list] = ([], [], [])
     for value in np.unique(strata):
         order = rng.permutation(np.unique(units[strata == value]))

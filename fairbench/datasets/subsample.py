@@ -12,10 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairbench.errors import ConfigError
-
-# A named stream: derived from the split seed yet independent of the split's own generator
-# (`default_rng(seed)`), so subsampling never replays or shifts the split's draws.
-STREAM = int.from_bytes(b"n_train", "big")
+from fairbench.streams import numpy_stream
 
 
 def allocate(counts: np.ndarray, n: int) -> np.ndarray:
@@ -45,7 +42,7 @@ def subsample_train(
             f"dataset {dataset}: n_train {n_train} is below the {len(values)} label x group "
             f"strata it must keep one row of; use n_train >= {len(values)}"
         )
-    rng = np.random.default_rng([seed, STREAM])
+    rng = numpy_stream(seed, "subsample")  # independent of the split's stream
     chosen = [
         rng.choice(train[strata[train] == value], size=take, replace=False)
         for value, take in zip(values, allocate(counts, n_train), strict=True)

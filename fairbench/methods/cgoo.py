@@ -180,7 +180,7 @@ class CGOO(Method):
         if task.n_classes != 2:
             raise ConfigError(f"method {self.name} handles binary classification tasks only")
         hp, dev = self.hparams, session.device
-        model = init_model(hp, task, session.seed, dev)
+        model = init_model(hp, task, session)
         x, y = train_tensors(task, dev)
         s = torch.as_tensor(task.train.s, dtype=torch.int64, device=dev)
         n, k = len(y), task.n_groups

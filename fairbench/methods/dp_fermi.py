@@ -56,7 +56,6 @@ import math
 from collections.abc import Callable
 from typing import Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from dp_accounting import dp_event
@@ -266,7 +265,7 @@ class DPFermi(Method):
     ) -> Program:
         """Submit the plan (for `steps`, default all) and draw the marginals."""
         hp, lam, dev = self.hparams, self._check(fairness), session.device
-        model = init_model(hp, task, session.seed, dev)
+        model = init_model(hp, task, session)
         x, y = train_tensors(task, dev)
         s = torch.as_tensor(task.train.s, dtype=torch.int64, device=dev)
         n, k, l = len(y), task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
@@ -351,7 +350,7 @@ class DPFermi(Method):
                              self._shape(self._check(fairness), None))  # fmt: skip
         chosen = None
         if hp.iterate == "random":
-            chosen = int(np.random.default_rng([session.seed, 7]).integers(1, full.steps + 1))
+            chosen = int(session.rng("iterate").integers(1, full.steps + 1))
         program = self._program(task, fairness, session, chosen)
         schedule, lam = program.schedule, self._check(fairness)
         chosen = chosen or schedule.steps

@@ -77,7 +77,7 @@ class DPSGD(Method):
 
     def _program(self, task: Task, session: PrivacySession) -> Program:
         hp = self.hparams
-        model = init_model(hp, task, session.seed, session.device)
+        model = init_model(hp, task, session)
         x, y = train_tensors(task, session.device)
         schedule = self.schedule(len(y), session.budget)
         per_sample = PerSampleGradients(model, hp.grad_engine)

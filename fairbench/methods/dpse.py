@@ -39,8 +39,9 @@ gradient, whose sensitivity is Delta / n_k: n_k times more noise than the budget
 Here each release is noised at its own sensitivity (the clipped sum, then divided by n_k), so
 at the paper's budgets (rho >= 2) the privacy noise is small next to the data's own.
 
-`noise_scale: paper` noises at the paper's scale instead, to compare like with like. Its ledger
-accounts the noise actually added, so it reports an epsilon far below the target.
+An earlier `noise_scale: paper` option noised at the paper's scale. It was removed: its noise
+multipliers were n_k times the calibrated ones with n_k the noisy group sizes, so the epsilon
+its ledger reported depended on the data through them, and was no (epsilon, delta) guarantee.
 
 Group sizes n_k: the paper takes them as public. Here they come from one Gaussian count
 release (share `count_share`) unless `group_sizes: public`, which the row's notion then says.
@@ -88,7 +89,7 @@ from pydantic import Field
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Budget, Device, FairnessSpec, Fitted, Hparams, Method
 from fairbench.methods.knob import Direction, Knob
-from fairbench.models import LogisticRegression
+from fairbench.models import build_model
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, SEARCH_DISCRETISATION
 from fairbench.privacy.contributions import Rows, clip_factors
@@ -109,7 +110,7 @@ class LinearRegressor(torch.nn.Module):
 
     def __init__(self, theta: np.ndarray) -> None:
         super().__init__()
-        self.linear = torch.nn.Linear(len(theta) - 1, 1)
+        self.linear = torch.nn.utils.skip_init(torch.nn.Linear, len(theta) - 1, 1)
         with torch.no_grad():
             self.linear.weight.copy_(torch.as_tensor(theta[:-1][None, :]))
             self.linear.bias.fill_(float(theta[-1]))
@@ -133,9 +134,6 @@ class DPSEHparams(Hparams):
     precursor_lr: float = Field(0.5, gt=0)
     composition: Literal["sequential", "parallel"] = "sequential"
     group_sizes: Literal["private", "public"] = "private"
-    # `paper`: stage 2's noise at the scale Algorithm 2 writes it (a group's sum gets n_k times
-    # the noise its sensitivity needs); the ledger accounts the noise actually added
-    noise_scale: Literal["sensitivity", "paper"] = "sensitivity"
     # stage 2's f: `group_means` weighs every group equally (Algorithm 2, line 10), `pooled`
     # weighs every record equally (Algorithm 3's sum of group sums; DPNoSE's "standard DPGD")
     objective: Literal["group_means", "pooled"] = "group_means"
@@ -173,7 +171,7 @@ def _model(theta: np.ndarray, task: Task, classify: bool) -> torch.nn.Module:
     """theta as the suite's logistic classifier (class 1's logit) or a linear regressor."""
     if not classify:
         return LinearRegressor(theta)
-    model = LogisticRegression(task.n_features, 2)
+    model = build_model("logistic", task.n_features, 2)
     with torch.no_grad():
         model.linear.weight.zero_()
         model.linear.bias.zero_()
@@ -352,11 +350,10 @@ class DPSE(Method):
             se = np.full(k, 1 / math.sqrt(k))
         share = se**2 / (se**2).max() if hp.composition == "parallel" else se**2
         releases = 2 if constrained else 1
-        inflation = sizes if hp.noise_scale == "paper" else np.ones(k)
 
         def multipliers(factor: float) -> np.ndarray:  # per group, per release and round
             rho_round = factor * budget.stage2 * share / (hp.steps * releases)
-            return inflation / np.sqrt(2 * rho_round)
+            return 1 / np.sqrt(2 * rho_round)
 
         def stage2(factor: float) -> list[tuple]:
             return [(f"{STAGE2} {g}", dp_event.SelfComposedDpEvent(
@@ -368,7 +365,7 @@ class DPSE(Method):
         info = {"standard_errors": se.tolist(), "budget_shares": share.tolist(),
                 "steps": hp.steps, "stage1_rho": budget.stage1,
                 "stage2_rho": budget.stage2 * factor, "count_rho": budget.counts,
-                "bound": bound, "noise_scale": hp.noise_scale}  # fmt: skip
+                "bound": bound}  # fmt: skip
         return theta, info
 
     def _descend(self, z, y, s, sizes, multipliers, bound, classify, session) -> np.ndarray:
@@ -404,10 +401,9 @@ class DPSE(Method):
         clipped per-record gradients of all records at the whole stage-2 budget."""
         hp = self.hparams
         n = len(y)  # public, as in DP-SGD
-        inflation = n if hp.noise_scale == "paper" else 1
 
         def plan(factor: float) -> list[tuple]:
-            nm = inflation / math.sqrt(2 * factor * rho / hp.steps)
+            nm = 1 / math.sqrt(2 * factor * rho / hp.steps)
             return [(STANDARD, dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(nm),
                                                             hp.steps), None)]  # fmt: skip
 
@@ -422,7 +418,7 @@ class DPSE(Method):
             theta = np.clip(theta - hp.lr * noisy / n, -hp.box, hp.box)
         info = {"standard_errors": [], "budget_shares": [], "steps": hp.steps,
                 "stage1_rho": 0.0, "stage2_rho": rho * factor, "count_rho": 0.0,
-                "bound": None, "noise_scale": hp.noise_scale}  # fmt: skip
+                "bound": None}  # fmt: skip
         return theta, info
 
     def stepper(

@@ -34,17 +34,15 @@ from fairbench.privacy.session import Batch, PrivacyNotion, PrivacySession
 from fairbench.task import Task
 
 
-def init_model(hp: TrainingHparams, task: Task, seed: int, device: torch.device) -> nn.Module:
-    """The classifier, initialised from `seed` alone (the global torch RNG is left untouched)."""
+def init_model(hp: TrainingHparams, task: Task, session: PrivacySession) -> nn.Module:
+    """The classifier on the trial's device, initialised from the trial's stream "init"."""
     if task.kind != "classification":
         raise ConfigError(
             f"{task.name} is a {task.kind} task and this method trains classifiers; choose the "
             "classification task in the dataset's options"
         )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = build_model(hp.model, task.n_features, task.n_classes, hp.hidden)
-    return model.to(device)
+    return build_model(hp.model, task.n_features, task.n_classes, hp.hidden,
+                       session.stream("init"))  # fmt: skip
 
 
 def train_tensors(task: Task, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

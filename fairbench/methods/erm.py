@@ -39,7 +39,7 @@ class ERM(Method):
 
     def _program(self, task: Task, session: PrivacySession) -> Program:
         hp = self.hparams
-        model = init_model(hp, task, session.seed, session.device)
+        model = init_model(hp, task, session)
         x, y = train_tensors(task, session.device)
         optimiser = torch.optim.SGD(model.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
 

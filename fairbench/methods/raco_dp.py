@@ -215,7 +215,7 @@ class SGDA(Method):
     def _program(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Program:
         hp, dev = self.hparams, session.device
         cs, parts = self._partition(task, fairness)
-        model = init_model(hp, task, session.seed, dev)
+        model = init_model(hp, task, session)
         x, y = train_tensors(task, dev)
         part = torch.as_tensor(parts, dtype=torch.int64, device=dev)
         schedule = self.schedule(len(y), session.budget)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
+import torch
 from torch import nn
 
 ModelKind = Literal["logistic", "mlp"]
@@ -33,7 +35,30 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-def build_model(kind: ModelKind, n_features: int, n_classes: int, hidden: int = 32) -> nn.Module:
-    if kind == "logistic":
-        return LogisticRegression(n_features, n_classes)
-    return MLP(n_features, n_classes, hidden)
+def build_model(
+    kind: ModelKind,
+    n_features: int,
+    n_classes: int,
+    hidden: int = 32,
+    generator: torch.Generator | None = None,
+) -> nn.Module:
+    """The model with torch's default initialisation drawn from `generator` (on its device):
+    built on the meta device first, so the global torch RNG is neither read nor advanced."""
+    generator = generator or torch.Generator()
+    with torch.device("meta"):
+        model = LogisticRegression(n_features, n_classes) if kind == "logistic" else MLP(
+            n_features, n_classes, hidden)  # fmt: skip
+    model = model.to_empty(device=generator.device)
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):
+            reset_linear(layer, generator)
+    return model
+
+
+@torch.no_grad()
+def reset_linear(layer: nn.Linear, generator: torch.Generator) -> None:
+    """nn.Linear's own initialisation (uniform in +-1/sqrt(fan_in) for weights and bias),
+    from `generator`."""
+    bound = 1 / math.sqrt(layer.in_features) if layer.in_features else 0.0
+    layer.weight.uniform_(-bound, bound, generator=generator)
+    layer.bias.uniform_(-bound, bound, generator=generator)

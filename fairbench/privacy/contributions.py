@@ -34,6 +34,10 @@ def clip_factors(norms: Array, max_norm: float) -> Array:
 class Contributions(Protocol):
     """What a clipped-sum mechanism needs: each record's norm and the weighted sum."""
 
+    dtype: torch.dtype | np.dtype
+
+    def __len__(self) -> int: ...
+
     def norms(self) -> Array: ...
 
     def weighted_sum(self, factors: Array | None) -> list[Array]:
@@ -50,6 +54,13 @@ class Rows:
     @classmethod
     def of(cls, array: Array) -> Rows:
         return cls([array])
+
+    def __len__(self) -> int:
+        return len(self.parts[0])
+
+    @property
+    def dtype(self) -> torch.dtype | np.dtype:
+        return self.parts[0].dtype
 
     def norms(self) -> Array:
         if isinstance(self.parts[0], np.ndarray):
@@ -74,6 +85,13 @@ class OuterProducts:
     a: torch.Tensor
     x: torch.Tensor
 
+    def __len__(self) -> int:
+        return len(self.a)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.a.dtype
+
     def norms(self) -> torch.Tensor:
         return self.a.norm(dim=1) * torch.sqrt((self.x * self.x).sum(dim=1) + 1.0)
 
@@ -90,6 +108,13 @@ class Scattered:
     index: torch.Tensor
     n_targets: int
 
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.rows.dtype
+
     def norms(self) -> torch.Tensor:
         return self.rows.flatten(1).norm(dim=1)
 
@@ -99,6 +124,19 @@ class Scattered:
             rows = rows * factors.reshape(-1, *([1] * (rows.dim() - 1)))
         out = torch.zeros((self.n_targets, *rows.shape[1:]), dtype=rows.dtype, device=rows.device)
         return [out.index_add_(0, self.index, rows)]
+
+
+def as_float64(contributions: Contributions) -> Contributions:
+    """The same contributions in float64, for sums whose rounding error must be bounded."""
+    if isinstance(contributions, Rows):
+        return Rows([p.astype(np.float64) if isinstance(p, np.ndarray) else p.double()
+                     for p in contributions.parts])  # fmt: skip
+    if isinstance(contributions, OuterProducts):
+        return OuterProducts(contributions.a.double(), contributions.x.double())
+    if isinstance(contributions, Scattered):
+        c = contributions
+        return Scattered(c.rows.double(), c.index, c.n_targets)
+    raise TypeError(f"unknown contributions {type(contributions).__name__}")
 
 
 def clipped_sum(contributions: Contributions, max_norm: float) -> list[Array]:

@@ -1,9 +1,38 @@
-"""Noise for the suite's mechanisms, drawn from seeded generators, and the one place every
-noisy release passes through.
+"""Noise samplers for the suite's mechanisms, and the one place every noisy release passes
+through.
 
-The noise comes from seeded PRNGs (torch, or numpy for numpy methods) so that trials are
-reproducible; a deployment that must resist an adversary who knows the seed (or
-floating-point attacks on the samplers) needs a cryptographic sampler instead.
+Float samplers (the default). Noise is float64, drawn from the mechanism's seeded torch
+stream (`fairbench.streams`), and added to the statistic in float64. torch's own uniforms stop
+at 2^-53, so its Box-Muller normal cannot exceed 8.6 sigma (5.8 sigma in float32) and resolves
+its far tail coarsely; where the tails matter the samplers use a uniform resolved to 2^-160
+near 0 (`fine_uniform`):
+- Gaussian: an exact mixture. With probability TAIL_MASS = 2 Q(5) (rounded to a multiple of
+  2^-53, so one uniform selects it exactly) a draw from the tail beyond 5 sigma, by the normal
+  quantile of a fine tail probability (support `GAUSSIAN_SUPPORT`, 15.6 sigma); otherwise
+  torch's float64 normal, redrawn past 5 sigma, where 53-bit uniforms resolve it finely. The
+  mass left out, about 4e-55 per coordinate, is below the float64 resolution of any delta the
+  suite accounts, whatever the number of draws. Cost: about twice torch's `randn`.
+- Laplace: a random sign times an exponential (-log of a fine uniform): support 110.9
+  scales, no clamping, hence no atom at the tails (the inverse-CDF sampler had one).
+These are still floating-point samplers: an adversary who sees the low-order bits of a noisy
+float can learn more than the accountant says (Mironov 2012), and a seeded PRNG is no defence
+against one who knows the seed. `secure_noise: true` (`SecureNoise`) closes both.
+
+Secure samplers. Exact discrete Gaussian and discrete Laplace noise on a grid (Canonne, Kamath
+& Steinke 2020), sampled by OpenDP (a maintained, audited library, rather than a sampler of
+our own) from the operating system's entropy. The statistic, computed in float64, is rounded
+to the grid gamma = 2^(floor(log2 sensitivity) - GRID_BITS) and the noise is added in integer
+grid units, so the output reveals nothing through its bits. Rounding moves each coordinate by
+at most half a unit, and float64 summation of up to `MAX_SECURE_RECORDS` clipped records errs
+by less than half a unit, so the grid statistic's sensitivity is at most
+sensitivity / gamma + 1 + sqrt(d) (l2; + d in l1). The noise scale is that bound times the
+planned noise multiplier, so the planned DpEvent stays valid: the accounting is unchanged and
+the price is noise larger by (1 + sqrt(d)) / 2^GRID_BITS relative (0.27% for d = 100). The
+discrete Gaussian's privacy equals the continuous one's up to terms of order
+exp(-2 pi^2 sigma^2 k / (k + 1)) in the grid-unit scale sigma (CKS20, Sec. 4); here sigma >=
+2^GRID_BITS * noise multiplier, so they underflow to 0. Cost: about 15 us per noise coordinate
+on one core (OpenDP samples exactly, with arbitrary-precision arithmetic), against tens of ns
+for the float samplers; results are not reproducible from the seed (that is the point).
 
 Every release calls `_release`, so a verification harness can watch or replace what a method
 releases (`observe_releases`): the data-access check replays one run's releases into another,
@@ -13,17 +42,30 @@ an observer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Literal, TypeVar
 
 import numpy as np
 import torch
 
+from fairbench.errors import ConfigError
+
 Kind = Literal["gaussian", "laplace"]
 Value = TypeVar("Value", torch.Tensor, np.ndarray, list[torch.Tensor])
 # (kind, exact value, noisy value) -> the value the method receives
 ReleaseObserver = Callable[[Kind, Value, Value], Value]
+
+UNIFORM_WORDS = 3  # 53-bit words per fine uniform: its smallest value is 2^-160
+SMALLEST_UNIFORM = 2.0 ** (-53 * UNIFORM_WORDS - 1)
+TAIL_MASS = 5_163_855_649 * 2.0**-53  # P(|Z| > TAIL_START), 2 Q(5) rounded to 2^-53
+TAIL_START = 5.000000000007513  # -ndtri(TAIL_MASS / 2)
+GAUSSIAN_SUPPORT = 15.6394224  # -ndtri(TAIL_MASS / 2 * SMALLEST_UNIFORM): the largest |z|
+LAPLACE_SUPPORT = -math.log(SMALLEST_UNIFORM)
+GRID_BITS = 12
+MAX_SECURE_RECORDS = 500_000  # float64 sums of this many clipped records err < gamma / 2
 
 _observer: ReleaseObserver | None = None
 
@@ -45,38 +87,165 @@ def _release(kind: Kind, exact: Value, noisy: Value) -> Value:
     return noisy if _observer is None else _observer(kind, exact, noisy)
 
 
-def add_gaussian_noise(
-    sums: list[torch.Tensor], std: float, generator: torch.Generator
-) -> list[torch.Tensor]:
-    """Each sum plus i.i.d. N(0, std^2) noise in every coordinate: one Gaussian release of the
-    concatenated vector (e.g. a model's gradient, one tensor per parameter)."""
-    noisy = [
-        s + std * torch.randn(s.shape, generator=generator, device=s.device, dtype=s.dtype)
-        for s in sums
-    ]
-    return _release("gaussian", sums, noisy)
+def fine_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float64 uniform on (0, 1], resolved to 2^-160 near 0: three 53-bit words, each one
+    filling in below the last (u = w0 + 2^-53 (w1 + 2^-53 (w2 + 2^-54)))."""
+    return _fine(_words(UNIFORM_WORDS, shape, generator))
 
 
-def add_laplace_noise(
-    values: torch.Tensor, scale: float, generator: torch.Generator
-) -> torch.Tensor:
-    """`values` plus i.i.d. Laplace(0, scale) noise, by inverse-CDF sampling."""
-    u = torch.rand(values.shape, generator=generator, device=values.device, dtype=values.dtype)
-    u = (u - 0.5).clamp(-0.5 + 1e-7, 0.5 - 1e-7)
-    return _release("laplace", values, values - scale * torch.sign(u) * torch.log1p(-2.0 * u.abs()))
+def _words(count: int, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    return torch.rand((count, *shape), generator=generator, dtype=torch.float64,
+                      device=generator.device)  # fmt: skip
 
 
-def gaussian_release(
-    values: np.ndarray, std: float | np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
-    """numpy: `values` plus N(0, std^2) noise per entry (`std` broadcasts against values)."""
-    return _release("gaussian", values, values + rng.normal(size=np.shape(values)) * std)
+def _fine(words: torch.Tensor) -> torch.Tensor:
+    u = words[UNIFORM_WORDS - 1] + 2.0**-54
+    for i in range(UNIFORM_WORDS - 2, -1, -1):
+        u = torch.add(words[i], u, alpha=2.0**-53)
+    return u
 
 
-def symmetric_gaussian_release(
-    matrix: np.ndarray, std: float, rng: np.random.Generator
-) -> np.ndarray:
-    """numpy: a symmetric matrix plus symmetric noise, i.i.d. N(0, std^2) on and above the
-    diagonal (Analyze-Gauss: one record moves the matrix by a symmetric outer product)."""
-    upper = np.triu(rng.normal(size=matrix.shape) * std)
-    return _release("gaussian", matrix, matrix + upper + np.triu(upper, 1).T)
+def _with_signs(magnitudes: torch.Tensor, word: torch.Tensor) -> torch.Tensor:
+    """Each magnitude with a fair random sign: negative exactly when `word` < 1/2."""
+    return torch.copysign(magnitudes, word - 0.5)
+
+
+def standard_gaussian(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float64 N(0, 1) as an exact mixture: with probability TAIL_MASS (a multiple of 2^-53,
+    so one 53-bit uniform selects it exactly) a draw from the tail |Z| > TAIL_START, otherwise
+    torch's float64 normal conditioned on |Z| <= TAIL_START (redrawn beyond it). The body
+    needs no more than torch's 53-bit uniforms resolve; the tail is `gaussian_tail`'s."""
+    device = generator.device
+    z = torch.randn(shape, generator=generator, dtype=torch.float64, device=device)
+    tail = torch.rand(shape, generator=generator, dtype=torch.float64, device=device) < TAIL_MASS
+    beyond = z.abs() > TAIL_START
+    if not bool((beyond | tail).any()):  # the common case: 1.1e-6 of the draws are either
+        return z
+    beyond &= ~tail  # body draws past the tail start: redrawn
+    while bool(beyond.any()):
+        z[beyond] = torch.randn(int(beyond.sum()), generator=generator, dtype=torch.float64,
+                                device=device)  # fmt: skip
+        beyond &= z.abs() > TAIL_START
+    if bool(tail.any()):
+        z[tail] = gaussian_tail(int(tail.sum()), generator)
+    return z
+
+
+def gaussian_tail(count: int, generator: torch.Generator) -> torch.Tensor:
+    """`count` draws of Z given |Z| > TAIL_START: a sign times the normal quantile of a tail
+    probability uniform on (0, TAIL_MASS / 2], resolved to 2^-160 of it (support 15.6 sigma)."""
+    words = _words(UNIFORM_WORDS + 1, (count,), generator)
+    depth = torch.special.ndtri(_fine(words).mul_(TAIL_MASS / 2)).neg_()
+    return _with_signs(depth, words[UNIFORM_WORDS])
+
+
+def standard_laplace(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float64 Laplace(0, 1): a sign times an exponential (-log of a fine uniform)."""
+    words = _words(UNIFORM_WORDS + 1, shape, generator)
+    return _with_signs(_fine(words).log_().neg_(), words[UNIFORM_WORDS])
+
+
+class FloatNoise:
+    """The default samplers, on one seeded stream (see the module docstring)."""
+
+    secure = False
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def gaussian(self, values: torch.Tensor, noise_multiplier: float, sensitivity: float,
+                 records: int) -> torch.Tensor:  # fmt: skip
+        """`values` (float64) plus N(0, (noise_multiplier * sensitivity)^2) per coordinate."""
+        noise = standard_gaussian(tuple(values.shape), self.generator)
+        return values + noise.mul_(noise_multiplier * sensitivity)
+
+    def laplace(self, values: torch.Tensor, scale: float, sensitivity: float,
+                records: int) -> torch.Tensor:  # fmt: skip
+        """`values` (float64) plus Laplace(scale * sensitivity) per coordinate (l1)."""
+        return values + standard_laplace(tuple(values.shape), self.generator).mul_(
+            scale * sensitivity)  # fmt: skip
+
+
+class SecureNoise:
+    """Exact discrete noise on a grid, from OpenDP (see the module docstring)."""
+
+    secure = True
+
+    def gaussian(self, values: torch.Tensor, noise_multiplier: float, sensitivity: float,
+                 records: int) -> torch.Tensor:  # fmt: skip
+        grid, units = _on_grid(values, sensitivity, records)
+        bound = sensitivity / grid + 1 + math.sqrt(units.numel())
+        noisy = _opendp_sampler("gaussian", noise_multiplier * bound)(units.tolist())
+        return _off_grid(noisy, grid, values)
+
+    def laplace(self, values: torch.Tensor, scale: float, sensitivity: float,
+                records: int) -> torch.Tensor:  # fmt: skip
+        grid, units = _on_grid(values, sensitivity, records)
+        bound = sensitivity / grid + 1 + units.numel()
+        noisy = _opendp_sampler("laplace", scale * bound)(units.tolist())
+        return _off_grid(noisy, grid, values)
+
+
+def _on_grid(values: torch.Tensor, sensitivity: float, records: int) -> tuple[float, torch.Tensor]:
+    if records > MAX_SECURE_RECORDS:
+        raise ConfigError(
+            f"secure_noise rounds statistics of at most {MAX_SECURE_RECORDS:,} records to its "
+            f"grid (float64 summation error must stay under half a grid unit); this release "
+            f"reads {records:,}: subsample the data or turn secure_noise off"
+        )
+    grid = 2.0 ** (math.floor(math.log2(sensitivity)) - GRID_BITS)
+    return grid, torch.round(values.detach().cpu().double().flatten() / grid).to(torch.int64)
+
+
+def _off_grid(noisy: list[int], grid: float, like: torch.Tensor) -> torch.Tensor:
+    out = torch.tensor(noisy, dtype=torch.float64).mul_(grid)
+    return out.reshape(like.shape).to(like.device)
+
+
+@lru_cache(maxsize=64)
+def _opendp_sampler(kind: Kind, scale: float) -> Callable[[list[int]], list[int]]:
+    """OpenDP's exact discrete Gaussian / Laplace on i64 vectors, noise scale `scale`."""
+    try:
+        import opendp.prelude as dp
+    except ImportError as exc:
+        raise ConfigError(
+            "secure_noise needs OpenDP's samplers: pip install 'dp-fairbench[secure]'"
+        ) from exc
+
+    dp.enable_features("contrib")
+    domain = dp.vector_domain(dp.atom_domain(T="i64"))
+    if kind == "gaussian":
+        return dp.m.make_gaussian(domain, dp.l2_distance(T="i64"), scale=scale)
+    return dp.m.make_laplace(domain, dp.l1_distance(T="i64"), scale=scale)
+
+
+NoiseSource = FloatNoise | SecureNoise
+
+
+def noisy_sums(kind: Kind, noise: NoiseSource, sums: list, multiplier: float, sensitivity: float,
+               records: int) -> list:  # fmt: skip
+    """One release of the concatenated `sums` (torch or numpy, any float dtype): computed in
+    float64, returned in each sum's own type and dtype."""
+    flat = torch.cat([torch.as_tensor(s).double().flatten() for s in sums])
+    draw = noise.gaussian if kind == "gaussian" else noise.laplace
+    noisy_flat = draw(flat, multiplier, sensitivity, records)
+    noisy, start = [], 0
+    for s in sums:
+        part = noisy_flat[start : start + int(np.prod(np.shape(s)))].reshape(np.shape(s))
+        start += part.numel()
+        noisy.append(part.cpu().numpy().astype(s.dtype) if isinstance(s, np.ndarray)
+                     else part.to(s.dtype))  # fmt: skip
+    return _release(kind, sums, noisy)
+
+
+def noisy_symmetric(noise: NoiseSource, matrix: np.ndarray, multiplier: float, sensitivity: float,
+                    records: int) -> np.ndarray:  # fmt: skip
+    """A symmetric matrix plus symmetric Gaussian noise, i.i.d. on and above the diagonal
+    (Analyze-Gauss: one record moves the matrix by a symmetric outer product)."""
+    upper = np.triu_indices(len(matrix))
+    values = torch.as_tensor(matrix[upper], dtype=torch.float64)
+    noisy_upper = noise.gaussian(values, multiplier, sensitivity, records).numpy()
+    noisy = np.zeros_like(matrix, dtype=np.float64)
+    noisy[upper] = noisy_upper
+    noisy = noisy + np.triu(noisy, 1).T
+    return _release("gaussian", matrix, noisy.astype(matrix.dtype))

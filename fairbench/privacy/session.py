@@ -22,9 +22,14 @@ sensitive-attribute notion). Identical rounds (and identical full-data releases)
 into one `SelfComposedDpEvent`; entries are ordered sampled rounds first, each sorted by its
 event's text, which is the form the calibration routines account (so epsilons agree exactly).
 
-Random streams. The session's torch generator (seeded with the trial seed, on the trial's
-device) drives Poisson sampling and torch noise in draw order; numpy mechanisms draw from a
-numpy generator seeded with (seed, 20231). Named, independent streams are issue 19's change.
+Random streams (`fairbench.streams`). Poisson batches come from the stream "sampling"; each
+mechanism draws its noise from its own stream "noise/<label>" ("noise/<label>/group<k>" for a
+group's), on the device of the statistic it noises, so mechanisms never share noise and a
+method that adds a release leaves every other release's noise unchanged. A mechanism built
+twice under one name continues its stream (it never replays noise). `stream` and `rng` give
+a method streams of its own for non-private choices. With `secure_noise` the noise comes from
+OpenDP's exact discrete samplers and the operating system's entropy instead
+(`privacy.noise.SecureNoise`): the plan and the ledger are the same, the noise is not seeded.
 """
 
 from __future__ import annotations
@@ -41,18 +46,25 @@ from dp_accounting import dp_event
 
 from fairbench.errors import FairbenchError
 from fairbench.privacy.budget import PrivacyBudget
-from fairbench.privacy.contributions import Array, Contributions, clip_factors, clipped_sum
+from fairbench.privacy.contributions import (
+    Array,
+    Contributions,
+    as_float64,
+    clip_factors,
+    clipped_sum,
+)
 from fairbench.privacy.ledger import PrivacyLedger
 from fairbench.privacy.noise import (
-    add_gaussian_noise,
-    add_laplace_noise,
-    gaussian_release,
-    symmetric_gaussian_release,
+    FloatNoise,
+    NoiseSource,
+    SecureNoise,
+    noisy_sums,
+    noisy_symmetric,
 )
 from fairbench.privacy.pld import SubstitutionSampledDpEvent
 from fairbench.privacy.sampling import poisson_batches, shuffled_batches
+from fairbench.streams import numpy_stream, torch_stream
 
-NUMPY_SALT = 20231
 L1_ROUNDING = 1e-6  # a float32 softmax row sums to 1 within this
 
 
@@ -99,11 +111,12 @@ class PrivacySession:
     releases: list[Release] = field(default_factory=list)
     plan: PrivacyLedger | None = None
     notion: PrivacyNotion = PrivacyNotion.FULL
+    secure_noise: bool = False
 
     def __post_init__(self) -> None:
         self.device = torch.device(self.device)
-        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        self.numpy_rng = np.random.default_rng([self.seed, NUMPY_SALT])
+        self._streams: dict[tuple[str, str], torch.Generator] = {}
+        self._noise: dict[tuple[str, str], NoiseSource] = {}
         self._rounds = 0
         self._allowance: Counter[tuple] = Counter()
         self._drawn: Counter[tuple] = Counter()
@@ -132,11 +145,34 @@ class PrivacySession:
         self.plan.entries.extend(entries.entries)
         self._allowance += planned_releases(entries)
 
+    # -- random streams -----------------------------------------------------------------------
+    def stream(self, name: str, device: torch.device | str | None = None) -> torch.Generator:
+        """The trial's torch stream `name` on `device` (the trial's by default), created once:
+        asking again continues it."""
+        device = torch.device(self.device if device is None else device)
+        key = (name, str(device))
+        if key not in self._streams:
+            self._streams[key] = torch_stream(self.seed, name, device)
+        return self._streams[key]
+
+    def rng(self, name: str) -> np.random.Generator:
+        """A fresh numpy generator on the trial's stream `name` (a method's own choices)."""
+        return numpy_stream(self.seed, name)
+
+    def noise(self, label: str, group: int | None, device: torch.device) -> NoiseSource:
+        """The noise source of mechanism `label` (of `group`) for statistics on `device`."""
+        name = f"noise/{label}" if group is None else f"noise/{label}/group{group}"
+        key = (name, str(device))
+        if key not in self._noise:
+            self._noise[key] = SecureNoise() if self.secure_noise else FloatNoise(
+                self.stream(name, device))  # fmt: skip
+        return self._noise[key]
+
     # -- sampling -----------------------------------------------------------------------------
     def poisson(self, n: int, rate: float) -> Callable[[], Batch]:
         """Poisson batches (each record independently with probability `rate`), the sampling
         the accountant amplifies by; batches are numbered so releases can name theirs."""
-        draw = poisson_batches(n, rate, self.generator, self.device)
+        draw = poisson_batches(n, rate, self.stream("sampling"), self.device)
 
         def next_batch() -> Batch:
             self._rounds += 1
@@ -149,7 +185,7 @@ class PrivacySession:
         gives no amplification the accountant models)."""
         if self.private:
             raise PrivacyContractError("a private trial samples Poisson batches, not shuffles")
-        draw = shuffled_batches(n, batch_size, self.generator, self.device)
+        draw = shuffled_batches(n, batch_size, self.stream("sampling"), self.device)
         return lambda: Batch(draw(), None, 0)
 
     # -- mechanisms ---------------------------------------------------------------------------
@@ -218,16 +254,18 @@ class GaussianSum:
         self.noise_multiplier, self.group = noise_multiplier, group
 
     def __call__(self, contributions: Contributions, batch: Batch | None = None) -> list[Array]:
-        sums = clipped_sum(contributions, self.clip)
-        sensitivity = self.clip * self.session.substitution_factor(2.0)
-        if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
-            return sums
+        session = self.session
+        secure = session.private and session.secure_noise  # its grid needs float64 sums
+        exact = clipped_sum(as_float64(contributions) if secure else contributions, self.clip)
+        sensitivity = self.clip * session.substitution_factor(2.0)
+        if not session._check_noise(self.label, self.noise_multiplier, sensitivity):
+            return exact
         event = dp_event.GaussianDpEvent(self.noise_multiplier)
-        self.session._record(self.label, event, batch, self.group)
-        std = self.noise_multiplier * sensitivity
-        if isinstance(sums[0], np.ndarray):
-            return [gaussian_release(s, std, self.session.numpy_rng) for s in sums]
-        return add_gaussian_noise(sums, std, self.session.generator)
+        session._record(self.label, event, batch, self.group)
+        noise = session.noise(self.label, self.group, _device(exact[0]))
+        noisy = noisy_sums("gaussian", noise, exact, self.noise_multiplier, sensitivity,
+                           len(contributions))  # fmt: skip
+        return [_as_dtype(v, contributions.dtype) for v in noisy] if secure else noisy
 
 
 class GaussianCounts:
@@ -250,10 +288,9 @@ class GaussianCounts:
             return counts
         self.session._record(self.label, dp_event.GaussianDpEvent(self.noise_multiplier), batch,
                              self.group)  # fmt: skip
-        std = self.noise_multiplier * sensitivity
-        if isinstance(counts, np.ndarray):
-            return gaussian_release(counts, std, self.session.numpy_rng)
-        return add_gaussian_noise([counts], std, self.session.generator)[0]
+        noise = self.session.noise(self.label, self.group, _device(counts))
+        return noisy_sums("gaussian", noise, [counts], self.noise_multiplier, sensitivity,
+                          len(cells))[0]  # fmt: skip
 
 
 class LaplaceHistogram:
@@ -266,8 +303,10 @@ class LaplaceHistogram:
     def __call__(
         self, rows: torch.Tensor, parts: torch.Tensor, n_parts: int, batch: Batch | None = None
     ) -> torch.Tensor:
-        hist = torch.zeros((n_parts, rows.shape[1]), dtype=rows.dtype, device=rows.device)
-        hist.index_add_(0, parts, rows)
+        secure = self.session.private and self.session.secure_noise  # float64 sums for the grid
+        summed = rows.double() if secure else rows
+        hist = torch.zeros((n_parts, rows.shape[1]), dtype=summed.dtype, device=rows.device)
+        hist.index_add_(0, parts, summed)
         sensitivity = self.session.substitution_factor(2.0)
         if not self.session._check_noise(self.label, self.scale, sensitivity):
             return hist
@@ -277,7 +316,9 @@ class LaplaceHistogram:
                 "would exceed the declared one"
             )
         self.session._record(self.label, dp_event.LaplaceDpEvent(self.scale), batch, None)
-        return add_laplace_noise(hist, self.scale * sensitivity, self.session.generator)
+        noise = self.session.noise(self.label, None, rows.device)
+        noisy = noisy_sums("laplace", noise, [hist], self.scale, sensitivity, len(rows))[0]
+        return noisy.to(rows.dtype)
 
 
 class GaussianGram:
@@ -289,6 +330,7 @@ class GaussianGram:
         self.noise_multiplier = noise_multiplier
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
+        rows = rows.astype(np.float64)
         zc = rows * clip_factors(np.linalg.norm(rows, axis=1), self.clip)[:, None]
         gram = zc.T @ zc
         sensitivity = self.clip**2 * self.session.substitution_factor(2.0)
@@ -296,8 +338,16 @@ class GaussianGram:
             return gram
         self.session._record(self.label, dp_event.GaussianDpEvent(self.noise_multiplier), None,
                              None)  # fmt: skip
-        std = self.noise_multiplier * sensitivity
-        return symmetric_gaussian_release(gram, std, self.session.numpy_rng)
+        noise = self.session.noise(self.label, None, torch.device("cpu"))
+        return noisy_symmetric(noise, gram, self.noise_multiplier, sensitivity, len(rows))
+
+
+def _device(value: Array) -> torch.device:
+    return value.device if isinstance(value, torch.Tensor) else torch.device("cpu")
+
+
+def _as_dtype(value: Array, dtype: torch.dtype | np.dtype) -> Array:
+    return value.astype(dtype) if isinstance(value, np.ndarray) else value.to(dtype)
 
 
 def ledger_of(

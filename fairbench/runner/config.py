@@ -6,6 +6,7 @@ bad config never leaves a partial result behind.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 from pathlib import Path
 from typing import Any, Literal
@@ -72,10 +73,19 @@ class ExperimentConfig(_Strict):
     delta: float = DEFAULT_DELTA
     seeds: int | list[int] = 10
     device: Literal["cpu", "cuda", "auto"] = "cpu"
+    # exact discrete Gaussian / Laplace noise from OpenDP instead of seeded float64 noise
+    secure_noise: bool = False
     references: list[ReferenceCurve] = Field(default_factory=list)
     # the tune config that selected these hyper-parameters (written by `fairbench tune`);
     # None: set by hand, and figures say "defaults, untuned"
     tuned_by: str | None = None
+
+    @field_validator("secure_noise")
+    @classmethod
+    def _opendp_installed(cls, value: bool) -> bool:
+        if value and importlib.util.find_spec("opendp") is None:
+            raise ValueError("secure_noise needs OpenDP: pip install 'dp-fairbench[secure]'")
+        return value
 
     @field_validator("datasets", mode="before")
     @classmethod
@@ -240,6 +250,7 @@ def _method_trials(
                     delta=config.delta,
                     seed=seed,
                     device=config.device,
+                    secure_noise=config.secure_noise and cls.private,
                 )
             )
     return specs

@@ -24,6 +24,8 @@ from fairbench.rundir.row import TrialRow
 from fairbench.runner.stamp import stamp
 from fairbench.task import Split, Task
 
+NOISE_SAMPLERS = {False: "float64, seeded", True: "exact discrete (OpenDP), OS entropy"}
+
 
 @dataclass(frozen=True)
 class TrialSpec:
@@ -41,11 +43,15 @@ class TrialSpec:
     seed: int
     device: str = "cpu"
     constraint_definition: dict[str, Any] | None = field(default=None, hash=False)
+    secure_noise: bool = False  # exact discrete noise from OpenDP (`privacy.noise`)
 
     @property
     def trial_id(self) -> str:
-        """Stable hash of the resolved spec; the device is an execution detail, left out."""
+        """Stable hash of the resolved spec; the device is an execution detail, left out, and
+        `secure_noise` enters only when set (ids of float-noise trials are unchanged)."""
         data = {k: v for k, v in asdict(self).items() if k != "device"}
+        if not self.secure_noise:
+            del data["secure_noise"]
         blob = json.dumps(data, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -171,7 +177,8 @@ def run_trial(spec: TrialSpec) -> TrialRow:
     privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
     start = time.perf_counter()
     fairness = FairnessSpec(spec.constraint, spec.knob, spec.constraint_definition)
-    session = PrivacySession(spec.seed, resolve_device(spec.device), privacy)
+    session = PrivacySession(spec.seed, resolve_device(spec.device), privacy,
+                             secure_noise=spec.secure_noise)  # fmt: skip
     fitted = method.fit(task, privacy, fairness, spec.seed, spec.device, session=session)
     wall = time.perf_counter() - start
     fitted.ledger = recorded_ledger(spec, session, fitted.target_accounting)
@@ -210,7 +217,7 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRo
     return TrialRow(
         trial_id=spec.trial_id,
         config_id=spec.config_id,
-        **asdict(spec),
+        **{k: v for k, v in asdict(spec).items() if k != "secure_noise"},
         knob_name=None if method.knob is None else method.knob.name,
         privacy_notion=fitted.privacy_notion if privacy is not None else "non-private",
         epsilon_spent=spent,
@@ -223,7 +230,10 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRo
         task_kind=task.kind,
         dataset_sha256=task.provenance.sha256,
         budget=None if fitted.budget is None else asdict(fitted.budget),
-        info={k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()},
+        info={
+            **{k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()},
+            **({"noise_sampler": NOISE_SAMPLERS[spec.secure_noise]} if privacy else {}),
+        },
         ledger=fitted.ledger.to_json(),
         stamp=stamp(str(fitted.device)),
         val=val,
