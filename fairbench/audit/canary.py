@@ -17,11 +17,11 @@ its column, where nothing else adds anything, so each watched release shows it p
 claimed noise, and nothing else.
 
 The audit's setting (`AUDIT_HPARAMS`, the user's `--set` wins) makes a canary as visible as
-the claim allows: a small clip (0.1), so a canary's raw gradient is 10 to 70 times the clip
+the claim allows: a small clip (0.1), so a canary's raw gradient is up to 140 times the clip
 (clipped to exactly the clip by a correct mechanism, far above it when clipping is skipped); a
-Poisson batch of one record in expectation over one epoch, so a sampled canary stands in its
-release alone against the smallest noise the claim permits; and a small learning rate, so the
-model barely moves at the canaries and their gradients stay clipped. A privacy claim holds for
+Poisson batch of one record in expectation over one epoch, so the claim needs little noise and
+a sampled canary stands out against it; and a small learning rate, so the model barely moves
+at the canaries and their gradients stay clipped. A privacy claim holds for
 every hyperparameter and every dataset, so any setting is a fair test.
 """
 
