@@ -56,6 +56,9 @@ METHOD_HPARAMS: dict[str, dict[str, object]] = {"cgoo": {"epochs": 0.25, "iterat
 
 @dataclass(frozen=True)
 class AuditResult:
+    """One audit's record, as `make audit` stores it: the claim, the bound and what it rests
+    on (runs, canaries, guesses), so a reader can judge the bound's power."""
+
     method: str
     variant: str  # "correct", or "broken: <how>"
     claimed_epsilon: float
