@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,13 @@ from rich.table import Table
 
 from fairbench.cli.common import console, key_values
 from fairbench.errors import ConfigError
+
+
+class Broken(str, Enum):
+    """`--broken`: the deliberately broken copies of `fairbench.audit.whitebox.BROKEN`."""
+
+    one_third_noise = "one-third-noise"
+    no_clipping = "no-clipping"
 
 
 def check(
@@ -128,7 +136,10 @@ def audit(
     method: Annotated[str, typer.Option(help="a private method plugin")],
     epsilon: Annotated[float, typer.Option(help="the claimed epsilon the method is run at")],
     delta: Annotated[float, typer.Option(help="the claimed delta")] = 1e-5,
-    trials: Annotated[int, typer.Option(min=4, help="fits per world (with, without canary)")] = 400,
+    trials: Annotated[int, typer.Option(min=1, help="training runs, each with its canaries")] = 10,
+    canaries: Annotated[
+        int, typer.Option(min=2, help="canaries per run, each included with probability 1/2")
+    ] = 1000,
     knob: Annotated[float | None, typer.Option(help="fairness knob, for methods with one")] = None,
     constraint: Annotated[str, typer.Option(help="the constraint the method trains for")] = (
         "demographic_parity"
@@ -138,54 +149,49 @@ def audit(
     ] = None,
     confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
     seed: int = 0,
-    power_check: Annotated[
-        bool, typer.Option(help="also audit with the Gaussian noise off: it must be caught")
-    ] = False,
+    broken: Annotated[
+        Broken | None,
+        typer.Option(help="audit a deliberately broken copy instead: it must be flagged"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Empirical lower bound on a method's privacy loss by canary membership inference.
-    Exit 1 if the bound exceeds the claimed epsilon (the implementation leaks more), or if
-    the power check's noiseless copy is not caught (the trial budget is too small)."""
+    """Empirical lower bound on a method's privacy loss: canaries seen by a white-box
+    adversary in every gradient release. Exit 1 if the bound exceeds the claimed epsilon (the
+    implementation leaks more) or, with --broken, if the broken copy is not flagged (the audit
+    lacks the power to see that bug)."""
     import dataclasses
 
     from fairbench.audit.canary import audit as run_audit
-    from fairbench.audit.canary import audit_method, gaussian_noise_disabled
+    from fairbench.audit.canary import audit_method
     from fairbench.methods import FairnessSpec
     from fairbench.privacy import PrivacyBudget
 
     PrivacyBudget(epsilon, delta)  # one clear error for a bad claim before any fit
     plugin = audit_method(method, key_values(set_, "--set", "batch_size=16"))
     _check_knob(plugin, method, knob)
-
-    def audit_once():
-        return run_audit(plugin, epsilon, delta, FairnessSpec(constraint, knob), trials,
-                         confidence, seed=seed)  # fmt: skip
-
-    results = {"audit": audit_once()}
-    if power_check:
-        with gaussian_noise_disabled():
-            results["noise off"] = audit_once()
-    failed = not results["audit"].consistent or (power_check and results["noise off"].consistent)
+    result = run_audit(plugin, epsilon, delta, FairnessSpec(constraint, knob), trials, canaries,
+                       confidence, seed=seed, broken=broken and broken.value)  # fmt: skip
+    name = method if broken is None else f"{method}, broken: {broken.value}"
+    failed = result.flagged if broken is None else not result.flagged
     if as_json:
-        print(json.dumps({name: dataclasses.asdict(r) | {"consistent": r.consistent}
-                          for name, r in results.items()}))  # fmt: skip
-    if not as_json:
-        _print_audit(results, f"{method} at claimed ε = {epsilon:g}, δ = {delta:g}",
-                     confidence, trials)  # fmt: skip
+        record = {"name": name, **dataclasses.asdict(result), "flagged": result.flagged}
+        print(json.dumps({"audit": record}))
+    else:
+        _print_audit(result, name)
     if failed:
         raise typer.Exit(1)
 
 
-def _print_audit(results: dict, claim: str, confidence: float, trials: int) -> None:
-    for name, r in results.items():
-        verdict = "consistent with the claim" if r.consistent else "EXCEEDS the claim"
-        if name == "noise off":
-            verdict = ("caught: the audit has the power to see a missing noise"
-                       if not r.consistent else "NOT caught: raise --trials")  # fmt: skip
-        console.print(
-            f"{name}: {claim}: empirical lower "
-            f"bound ε ≥ {r.epsilon_lower_bound:.3f} ({confidence:.0%} confidence; held-out "
-            f"TPR {r.true_positives}/{r.held_out}, FPR {r.false_positives}/{r.held_out}; "
-            f"{2 * trials} fits in {r.seconds:.0f} s): {verdict}",
-            highlight=False, markup=False, soft_wrap=True,
-        )  # fmt: skip
+def _print_audit(r, name: str) -> None:
+    if r.variant == "correct":
+        verdict = "EXCEEDS the claim" if r.flagged else "consistent with the claim"
+    else:
+        verdict = ("flagged: the audit sees this bug" if r.flagged
+                   else "NOT flagged: raise --trials or --canaries")  # fmt: skip
+    console.print(
+        f"{name} at claimed ε = {r.claimed_epsilon:g}, δ = {r.delta:g}: empirical lower bound "
+        f"ε ≥ {r.epsilon_lower_bound:.3f} ({r.confidence:.0%} confidence; {r.correct} of "
+        f"{r.guesses} guesses right on the test half of {r.trials} × {r.canaries} canaries; "
+        f"{r.seconds:.0f} s): {verdict}",
+        highlight=False, markup=False, soft_wrap=True,
+    )  # fmt: skip
