@@ -35,9 +35,8 @@ on one core (OpenDP samples exactly, with arbitrary-precision arithmetic), again
 for the float samplers; results are not reproducible from the seed (that is the point).
 
 Every release calls `_release`, so a verification harness can watch or replace what a method
-releases (`observe_releases`): the data-access check replays one run's releases into another,
-and the audit's tests disable the noise to prove the audit notices. The runner never installs
-an observer.
+releases (`observe_releases`): the data-access check replays one run's releases into another.
+The runner never installs an observer.
 """
 
 from __future__ import annotations
