@@ -225,16 +225,20 @@ def noisy_sums(kind: Kind, noise: NoiseSource, sums: list, multiplier: float, se
                records: int) -> list:  # fmt: skip
     """One release of the concatenated `sums` (torch or numpy, any float dtype): computed in
     float64, returned in each sum's own type and dtype."""
-    flat = torch.cat([torch.as_tensor(s).double().flatten() for s in sums])
+    parts = [torch.from_numpy(np.asarray(s, dtype=np.float64)) if isinstance(s, np.ndarray)
+             else s.double() for s in sums]  # fmt: skip
+    flat = parts[0].reshape(-1) if len(parts) == 1 else torch.cat([p.reshape(-1) for p in parts])
     draw = noise.gaussian if kind == "gaussian" else noise.laplace
-    noisy_flat = draw(flat, multiplier, sensitivity, records)
-    noisy, start = [], 0
-    for s in sums:
-        part = noisy_flat[start : start + int(np.prod(np.shape(s)))].reshape(np.shape(s))
-        start += part.numel()
-        noisy.append(part.cpu().numpy().astype(s.dtype) if isinstance(s, np.ndarray)
-                     else part.to(s.dtype))  # fmt: skip
+    pieces = draw(flat, multiplier, sensitivity, records).split([p.numel() for p in parts])
+    noisy = [_like(piece.view(s.shape), s) for piece, s in zip(pieces, sums, strict=True)]
     return _release(kind, sums, noisy)
+
+
+def _like(value: torch.Tensor, like: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
+    """`value` in the type and dtype of `like`."""
+    if isinstance(like, np.ndarray):
+        return value.numpy().astype(like.dtype)
+    return value.to(like.dtype)
 
 
 def noisy_symmetric(noise: NoiseSource, matrix: np.ndarray, multiplier: float, sensitivity: float,
