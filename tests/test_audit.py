@@ -123,7 +123,7 @@ def test_each_canary_shows_alone_in_its_column_of_the_watched_releases(method):
 
 def test_dp_sgd_passes_and_both_broken_copies_are_flagged():
     method = audit_method("dp-sgd")
-    results = {broken: audit(method, 1.0, trials=1, canaries=400, n_rows=100, broken=broken)
+    results = {broken: audit(method, 1.0, trials=1, canaries=1000, n_rows=100, broken=broken)
                for broken in (None, *BROKEN)}  # fmt: skip
     assert not results[None].flagged and results[None].epsilon_lower_bound < 0.5
     assert results[None].releases > 250  # every step of the run was watched
