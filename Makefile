@@ -30,7 +30,7 @@ run: install
 	$(BIN)/fairbench run $(CONFIG) $(if $(WORKERS),--workers $(WORKERS))
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 lint: install
 	$(BIN)/ruff check .
