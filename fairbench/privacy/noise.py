@@ -147,8 +147,6 @@ def standard_laplace(shape: tuple[int, ...], generator: torch.Generator) -> torc
 class FloatNoise:
     """The default samplers, on one seeded stream (see the module docstring)."""
 
-    secure = False
-
     def __init__(self, generator: torch.Generator) -> None:
         self.generator = generator
 
@@ -167,8 +165,6 @@ class FloatNoise:
 
 class SecureNoise:
     """Exact discrete noise on a grid, from OpenDP (see the module docstring)."""
-
-    secure = True
 
     def gaussian(self, values: torch.Tensor, noise_multiplier: float, sensitivity: float,
                  records: int) -> torch.Tensor:  # fmt: skip
