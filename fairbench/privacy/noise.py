@@ -65,6 +65,7 @@ GAUSSIAN_SUPPORT = 15.6394224  # -ndtri(TAIL_MASS / 2 * SMALLEST_UNIFORM): the l
 LAPLACE_SUPPORT = -math.log(SMALLEST_UNIFORM)
 GRID_BITS = 12
 MAX_SECURE_RECORDS = 500_000  # float64 sums of this many clipped records err < gamma / 2
+OPENDP_MISSING = "secure_noise needs OpenDP's samplers: pip install 'dp-fairbench[secure]'"
 
 _observer: ReleaseObserver | None = None
 
@@ -203,9 +204,7 @@ def _opendp_sampler(kind: Kind, scale: float) -> Callable[[list[int]], list[int]
     try:
         import opendp.prelude as dp
     except ImportError as exc:
-        raise ConfigError(
-            "secure_noise needs OpenDP's samplers: pip install 'dp-fairbench[secure]'"
-        ) from exc
+        raise ConfigError(OPENDP_MISSING) from exc
 
     dp.enable_features("contrib")
     domain = dp.vector_domain(dp.atom_domain(T="i64"))

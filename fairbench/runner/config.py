@@ -22,6 +22,7 @@ from fairbench.methods import get_method, method_class
 from fairbench.methods.base import resolve_device
 from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import DEFAULT_DELTA, PrivacyBudget
+from fairbench.privacy.noise import OPENDP_MISSING
 from fairbench.runner.trial import TrialSpec
 
 BUNDLED = Path(__file__).resolve().parent.parent / "configs"
@@ -84,7 +85,7 @@ class ExperimentConfig(_Strict):
     @classmethod
     def _opendp_installed(cls, value: bool) -> bool:
         if value and importlib.util.find_spec("opendp") is None:
-            raise ValueError("secure_noise needs OpenDP: pip install 'dp-fairbench[secure]'")
+            raise ValueError(OPENDP_MISSING)
         return value
 
     @field_validator("datasets", mode="before")
