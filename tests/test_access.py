@@ -103,14 +103,15 @@ class DataDependentSteps(DPSGD):
     def train(self, task, fairness, session):
         import dataclasses
 
-        from fairbench.methods.base import Fitted
-        from fairbench.methods.engine import run_steps
+        from fairbench.methods.base import Fitted, Trial
+        from fairbench.methods.engine import run_stacked
 
-        program = self._program(task, session)
+        trials = [Trial(task, fairness, session)]
+        program = self._program(trials)
         extra = int(np.sum((task.train.s > 0) & (task.train.y == 1))) // 2
         longer = dataclasses.replace(program.schedule, steps=program.schedule.steps + extra)
-        run_steps(session, len(task.train), longer, program.step, self.plan(longer))
-        return Fitted(program.model, session.device, info=longer.info())
+        run_stacked(trials, dataclasses.replace(program, schedule=longer), self.plan(longer))
+        return Fitted(program.models[0], session.device, info=longer.info())
 
 
 class Unaccounted(DPSGD):

@@ -80,13 +80,13 @@ def spy(monkeypatch):
 
     def get_method_keeping_fits(name, **hparams):
         method = real_get_method(name, **hparams)
-        fit = method.fit
+        fit_stack = method.fit_stack
 
-        def fit_and_keep(*args, **kwargs):
-            seen["fitted"].append(fit(*args, **kwargs))
-            return seen["fitted"][-1]
+        def fit_and_keep(trials):
+            seen["fitted"] += fit_stack(trials)
+            return seen["fitted"][-len(trials):]
 
-        method.fit = fit_and_keep
+        method.fit_stack = fit_and_keep
         return method
 
     monkeypatch.setattr(trial, "get_method", get_method_keeping_fits)

@@ -119,8 +119,8 @@ def test_batches_are_poisson_not_padded(task, monkeypatch):
     sizes = []
     real = raco.rate_contributions
 
-    def spy(soft, logits, hard):
-        sizes.append(len(soft))
+    def spy(soft, logits, hard):  # one trial: soft is (1, B, K)
+        sizes.append(soft.shape[1])
         return real(soft, logits, hard)
 
     monkeypatch.setattr(raco, "rate_contributions", spy)

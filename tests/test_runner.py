@@ -421,12 +421,12 @@ def test_the_dask_executor_matches_the_local_one(cli, tmp_path):
     assert code == 2 and "--executor dask" in err
 
 
-def test_batches_cover_every_trial_once():
-    from fairbench.runner.dask_executor import batches
+def test_bundles_cover_every_unit_once():
+    from fairbench.runner.dask_executor import bundles
 
-    specs = list(range(37))
-    parts = batches(specs, workers=2)
-    assert [s for part in parts for s in part] == specs and len(parts) == 8
+    units = [[i] for i in range(37)]
+    parts = bundles(units, workers=2)
+    assert [u for part in parts for u in part] == units and len(parts) == 8
 
 
 def test_bench_times_a_whole_figure_and_splits_it_by_method(cli, tmp_path):

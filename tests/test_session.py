@@ -15,9 +15,9 @@ from dp_accounting import dp_event
 
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec
-from fairbench.methods.base import Fitted
+from fairbench.methods.base import Fitted, Trial
 from fairbench.methods.dp_sgd import DPSGD
-from fairbench.methods.engine import run_steps
+from fairbench.methods.engine import run_stacked
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.contributions import Rows
 from fairbench.privacy.events import sgd_steps
@@ -60,14 +60,15 @@ class LessNoise(DPSGD):
 class UndeclaredRelease(DPSGD):
     """Also releases noisy label counts of every batch, which its plan never mentions."""
 
-    def _program(self, task, session):
-        program = super()._program(task, session)
-        counts = session.gaussian_counts("label counts", 50.0)
-        y = torch.as_tensor(task.train.y)
+    def _program(self, trials):
+        program = super()._program(trials)
+        (trial,) = trials
+        counts = trial.session.gaussian_counts("label counts", 50.0)
+        y = torch.as_tensor(trial.task.train.y)
 
-        def leaky(batch):
-            program.step(batch)
-            counts(y.index_select(0, batch.indices), 2, batch)
+        def leaky(batches):
+            program.step(batches)
+            counts(y.index_select(0, batches[0].indices), 2, batches[0])
 
         return dataclasses.replace(program, step=leaky)
 
@@ -84,21 +85,22 @@ class ExtraStep(DPSGD):
     """Runs one step more than it planned (and than the budget allows)."""
 
     def train(self, task, fairness, session):
-        program = self._program(task, session)
+        trials = [Trial(task, fairness, session)]
+        program = self._program(trials)
         schedule = program.schedule
-        run_steps(session, len(task.train), schedule, program.step, self.plan(schedule),
-                  steps=schedule.steps + 1)  # fmt: skip
-        return Fitted(program.model, session.device, budget=schedule.budget())
+        run_stacked(trials, program, self.plan(schedule), steps=schedule.steps + 1)
+        return Fitted(program.models[0], session.device, budget=schedule.budget())
 
 
 class FewerSteps(DPSGD):
     """Plans two steps and runs one: a ledger that differs from its plan, though not unsafe."""
 
     def train(self, task, fairness, session):
-        program = self._program(task, session)
+        trials = [Trial(task, fairness, session)]
+        program = self._program(trials)
         schedule = dataclasses.replace(program.schedule, steps=2)
-        run_steps(session, len(task.train), schedule, program.step, self.plan(schedule), steps=1)
-        return Fitted(program.model, session.device, budget=schedule.budget())
+        run_stacked(trials, program, self.plan(schedule), steps=1)
+        return Fitted(program.models[0], session.device, budget=schedule.budget())
 
 
 class NoClipping(DPSGD):
@@ -112,12 +114,15 @@ class WiderClip(DPSGD):
     """Clips at 10 C while drawing the noise its plan sizes for C: the sensitivity is 10x the
     declared one (the mechanism records the noise multiplier it really applied, sigma / 10)."""
 
-    def _program(self, task, session):
+    def _program(self, trials):
+        (trial,) = trials
+        session = trial.session
+
         def wider(label, clip, noise_multiplier, group=None):
             return GaussianSum(session, label, 10 * clip, noise_multiplier / 10, group)
 
         session.gaussian_sum = wider
-        return super()._program(task, session)
+        return super()._program(trials)
 
 
 class Overspend(DPSGD):

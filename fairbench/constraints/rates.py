@@ -109,29 +109,38 @@ class RateConstraintSet:
 
 
 class TorchRates:
-    """The constraint set's matrices on a device, for use inside a training step."""
+    """The constraint set's matrices on a device, for use inside a training step. Built from
+    one set, or from a stack of sets that differ only in gamma (one per trial: trials of a
+    stack at different knob values); every method takes optional leading trial axes."""
 
-    def __init__(self, cs: RateConstraintSet, device: torch.device) -> None:
+    def __init__(self, sets: RateConstraintSet | list[RateConstraintSet],
+                 device: torch.device) -> None:  # fmt: skip
+        stack = sets if isinstance(sets, list) else [sets]
+        cs = stack[0]
+        for other in stack[1:]:
+            if not all(np.array_equal(getattr(cs, k), getattr(other, k))
+                       for k in ("term_parts", "term_weights", "term_owner")):  # fmt: skip
+                raise ValueError("stacked constraint sets must differ only in gamma")
         as_t = lambda a: torch.as_tensor(a, dtype=torch.float32, device=device)  # noqa: E731
         self.parts = as_t(cs.term_parts)
         self.weights = as_t(cs.term_weights)
         self.owner = torch.as_tensor(cs.term_owner, dtype=torch.int64, device=device)
-        self.gamma = as_t(cs.gamma)
+        self.gamma = as_t(np.stack([c.gamma for c in stack]) if isinstance(sets, list)
+                          else cs.gamma)  # fmt: skip
         self.n_constraints = cs.n_constraints
 
     def sizes(self, hist: torch.Tensor, floor: float) -> torch.Tensor:
-        """|B ∩ I| per term read from the histogram, floored at a public constant so that
-        noise can never make a denominator non-positive (post-processing only)."""
-        return (self.parts @ hist.sum(dim=1)).clamp(min=floor)
+        """|B ∩ I| per term read from the histogram (..., Q, K), floored at a public constant
+        so that noise can never make a denominator non-positive (post-processing only)."""
+        return (hist.sum(dim=-1) @ self.parts.T).clamp(min=floor)
 
     def values(self, hist: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
         """Gamma_post_j (Eq. 12)."""
-        per_term = (self.weights * (self.parts @ hist)).sum(dim=1) / sizes
-        return torch.zeros(self.n_constraints, device=hist.device).index_add_(
-            0, self.owner, per_term
-        )
+        per_term = (self.weights * (self.parts @ hist)).sum(dim=-1) / sizes
+        out = torch.zeros((*per_term.shape[:-1], self.n_constraints), device=hist.device)
+        return out.index_add_(-1, self.owner, per_term)
 
     def coefficients(self, lam: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
         """Q x K matrix c with c[q, k] = sum_j lam_j sum_{I in I_j, q in I} alpha_{j,I,k} / |B∩I|:
         the regularizer of Eq. (10) for a record in part q is sum_k c[q, k] sigma_tau(z)_k."""
-        return self.parts.T @ (self.weights * (lam[self.owner] / sizes)[:, None])
+        return self.parts.T @ (self.weights * (lam[..., self.owner] / sizes).unsqueeze(-1))

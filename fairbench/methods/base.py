@@ -76,6 +76,15 @@ class Budget:
     at_bound: bool = False
 
 
+@dataclass(frozen=True)
+class Trial:
+    """One trial to train: its task, fairness spec (with the knob) and privacy session."""
+
+    task: Task
+    fairness: FairnessSpec
+    session: PrivacySession
+
+
 @dataclass
 class Fitted:
     """A trained predictor plus what training spent and did: one deterministic classifier
@@ -189,15 +198,35 @@ class Method(ABC):
         if session is None:
             session = PrivacySession(seed, resolve_device(device), privacy if self.private
                                      else None)  # fmt: skip
+        return self.fit_stack([Trial(task, fairness, session)])[0]
+
+    def fit_stack(self, trials: list[Trial]) -> list[Fitted]:
+        """`fit` for several trials of this method at once (one program where the method
+        stacks, `stackable`), each with its own session; each trial's ledger is checked
+        against its own plan."""
+        if self.private and any(t.session.budget is None for t in trials):
+            raise ConfigError(f"method {self.name} is private: give it a target epsilon")
         try:
-            fitted = self.train(task, fairness, session)
+            fits = (self.train_stack(trials) if len(trials) > 1
+                    else [self.train(trials[0].task, trials[0].fairness, trials[0].session)])  # fmt: skip
         except PrivacyContractError as refused:  # a draw outside the plan: name the method
             raise PrivacyContractError(f"method {self.name}: {refused}") from None
-        fitted.ledger, fitted.plan = session.ledger(), session.plan
-        check_plan(self.name, fitted.plan, fitted.ledger)
-        if fitted.privacy_notion is None:
-            fitted.privacy_notion = session.notion.value
-        return fitted
+        for fitted, trial in zip(fits, trials, strict=True):
+            session = trial.session
+            fitted.ledger, fitted.plan = session.ledger(), session.plan
+            check_plan(self.name, fitted.plan, fitted.ledger)
+            if fitted.privacy_notion is None:
+                fitted.privacy_notion = session.notion.value
+        return fits
+
+    def stackable(self) -> bool:
+        """Whether trials of this method (these hyperparameters, one budget, any seeds and
+        knob values) train as one stacked program (`train_stack`)."""
+        return False
+
+    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
+        """Train several trials: one after another, unless the method stacks them."""
+        return [self.train(t.task, t.fairness, t.session) for t in trials]
 
     @abstractmethod
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-import torch
 from pydantic import Field, model_validator
 
 from fairbench.methods.base import (
@@ -22,23 +21,27 @@ from fairbench.methods.base import (
     Fitted,
     Method,
     TrainingHparams,
+    Trial,
     resolve_device,
 )
 from fairbench.methods.engine import (
-    Program,
     Schedule,
+    StackedData,
+    StackedProgram,
     calibrated,
     check_one_free_quantity,
     expected_batch,
-    init_model,
-    one_step,
-    run_steps,
-    train_tensors,
+    init_models,
+    one_schedule,
+    one_stacked_step,
+    run_stacked,
 )
-from fairbench.models.grad_sample import CrossEntropy, PerSampleGradients
+from fairbench.models.grad_sample import CrossEntropy
+from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import Batch, PrivacySession
+from fairbench.privacy.stacked import gaussian_sums
 from fairbench.task import Task
 
 LABEL = "dp-sgd: clipped gradient sum"
@@ -75,36 +78,44 @@ class DPSGD(Method):
                                      schedule.steps))  # fmt: skip
         return plan
 
-    def _program(self, task: Task, session: PrivacySession) -> Program:
+    def stackable(self) -> bool:
+        return stackable(self.hparams.model, self.hparams.grad_engine)
+
+    def _program(self, trials: list[Trial]) -> StackedProgram:
         hp = self.hparams
-        model = init_model(hp, task, session)
-        x, y = train_tensors(task, session.device)
-        schedule = self.schedule(len(y), session.budget)
-        per_sample = PerSampleGradients(model, hp.grad_engine)
-        gradient_sum = session.gaussian_sum(LABEL, hp.clip_norm, schedule.noise_multiplier)
-        params = list(model.parameters())
-        scale = hp.lr / expected_batch(schedule, len(y))
+        models = init_models(hp, trials)
+        stack = stack_models(models, hp.grad_engine)
+        data = StackedData([t.task for t in trials], trials[0].session.device)
+        schedule = one_schedule([self.schedule(data.n, t.session.budget) for t in trials])
+        sums = [t.session.gaussian_sum(LABEL, hp.clip_norm, schedule.noise_multiplier)
+                for t in trials]  # fmt: skip
+        step_size = hp.lr / expected_batch(schedule, data.n)
 
-        def step(batch: Batch) -> None:
-            idx = batch.indices
-            loss = CrossEntropy(y.index_select(0, idx))
-            noisy = gradient_sum(per_sample(x.index_select(0, idx), loss), batch)
-            with torch.no_grad():
-                for p, g in zip(params, noisy, strict=True):
-                    p.sub_(scale * g)
+        def step(batches: list[Batch]) -> None:
+            rows = data.gather(batches)
+            x = rows.rows(data.x)
+            loss = CrossEntropy(rows.rows(data.y))
+            logits = stack.logits(x)
+            contributions = stack.contributions(x, loss, logits, rows.mask, rows.sizes)
+            stack.descend(gaussian_sums(sums, contributions, batches), step_size)
 
-        return Program(model, schedule, step)
+        return StackedProgram(models, schedule, step, lambda: [{} for _ in trials])
+
+    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
+        program = self._program(trials)
+        schedule = program.schedule
+        run_stacked(trials, program, self.plan(schedule))
+        info = {**schedule.info(), "clip_norm": self.hparams.clip_norm}
+        return [Fitted(model, t.session.device, info=dict(info), budget=schedule.budget())
+                for model, t in zip(program.models, trials, strict=True)]  # fmt: skip
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        program = self._program(task, session)
-        schedule = program.schedule
-        run_steps(session, len(task.train), schedule, program.step, self.plan(schedule))
-        info = {**schedule.info(), "clip_norm": self.hparams.clip_norm}
-        return Fitted(program.model, session.device, info=info, budget=schedule.budget())
+        return self.train_stack([Trial(task, fairness, session)])[0]
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
         session = PrivacySession(seed, resolve_device(device), privacy)
-        program = self._program(task, session)
-        return one_step(session, program, len(task.train), self.plan(program.schedule))
+        trial = Trial(task, FairnessSpec("demographic_parity"), session)
+        program = self._program([trial])
+        return one_stacked_step(trial, program, self.plan(program.schedule))

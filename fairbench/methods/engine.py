@@ -7,8 +7,13 @@ A method supplies what is its own: its plan (the events one step releases, times
 and `step(batch)`, its update from statistics drawn through the session's mechanisms, which
 clip and noise them (`fairbench.privacy.session`).
 
-A step is a tensor program over one batch with no Python per record, so a later change can
-stack trials (seeds x knob values) along a leading axis without changing the contract.
+A step is a tensor program over one batch with no Python per record. Methods whose step is
+written over a leading trial axis build a `StackedProgram` instead: T trials that share the
+method, its hyperparameters and the schedule (seeds x knob values at one epsilon) run as one
+program, each with its own task, session (plan, ledger, Poisson batches, noise streams),
+parameters and dual variables. `StackedData` gathers the T Poisson batches into one padded
+block; `fairbench.privacy.stacked` hands each trial's statistic to its own mechanism. A
+trial's result is its result alone up to float32 reduction order (tests/test_stacking.py).
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import Budget, TrainingHparams
+from fairbench.methods.base import Budget, TrainingHparams, Trial
 from fairbench.models import build_model
 from fairbench.privacy import (
     PrivacyBudget,
@@ -158,3 +164,112 @@ def one_step(
 def expected_batch(schedule: Schedule, n: int) -> float:
     """q n: the public normaliser of a Poisson batch's noisy sum (not the realised size)."""
     return schedule.sampling_rate * n
+
+
+@dataclass(frozen=True)
+class StackedProgram:
+    """T trials ready to run as one: each trial's model (views into stacked parameters), the
+    schedule they share, the step over their T batches, and per trial what the method reports
+    about its own state after training."""
+
+    models: list[nn.Module]
+    schedule: Schedule
+    step: Callable[[list[Batch]], None]
+    report: Callable[[], list[dict[str, Any]]]
+
+
+class StackedData:
+    """The trials' training tensors on one device, each distinct task (split) once, and the
+    gather of T Poisson batches into one block: rows (T, B, ...) with B the largest batch,
+    shorter batches padded (`mask` False; None when nothing is padded)."""
+
+    def __init__(self, tasks: list[Task], device: torch.device) -> None:
+        distinct: dict[int, int] = {}
+        self.slots = [distinct.setdefault(id(task), len(distinct)) for task in tasks]
+        self.tasks = list({id(task): task for task in tasks}.values())
+        sizes = {len(task.train) for task in self.tasks}
+        if len(sizes) != 1:
+            raise ValueError(f"stacked trials need training sets of one size, got {sorted(sizes)}")
+        self.n, self.device = sizes.pop(), device
+        self.offsets = [slot * self.n for slot in self.slots]
+        self.x = self.per_record(lambda task: task.train.X, torch.float32)
+        self.y = self.per_record(lambda task: task.train.y, torch.int64)
+
+    def per_record(self, values: Callable[[Task], np.ndarray], dtype: torch.dtype) -> torch.Tensor:
+        """`values(task)` (one entry per training record) of every distinct task, concatenated
+        in slot order: what `Gathered.rows` indexes."""
+        stacked = np.concatenate([values(task) for task in self.tasks])
+        return torch.as_tensor(stacked, dtype=dtype, device=self.device)
+
+    def gather(self, batches: list[Batch]) -> Gathered:
+        sizes = [len(b.indices) for b in batches]
+        if len(batches) == 1:
+            return Gathered(batches[0].indices.unsqueeze(0) + self.offsets[0], None, sizes)
+        offsets = torch.tensor(self.offsets, device=self.device).unsqueeze(1)
+        index = torch.nn.utils.rnn.pad_sequence([b.indices for b in batches], batch_first=True)
+        width = index.shape[1]
+        mask = None
+        if min(sizes) < width:
+            size = torch.tensor(sizes, device=self.device).unsqueeze(1)
+            mask = torch.arange(width, device=self.device).unsqueeze(0) < size
+        return Gathered(index + offsets, mask, sizes)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """T batches' global row indices (T, B), the mask of real rows (None: none padded) and
+    each batch's size."""
+
+    index: torch.Tensor
+    mask: torch.Tensor | None
+    sizes: list[int]
+
+    def rows(self, values: torch.Tensor) -> torch.Tensor:
+        """values (N, ...) at the batches' rows: (T, B, ...)."""
+        picked = values.index_select(0, self.index.reshape(-1))
+        return picked.view(*self.index.shape, *values.shape[1:])
+
+    def masked(self, values: torch.Tensor) -> torch.Tensor:
+        """(T, B, ...) with padding rows zeroed."""
+        if self.mask is None:
+            return values
+        return values * self.mask.view(*self.mask.shape, *[1] * (values.dim() - 2))
+
+
+def init_models(hp: TrainingHparams, trials: list[Trial]) -> list[nn.Module]:
+    """Each trial's classifier, initialised from its own stream "init"."""
+    return [init_model(hp, t.task, t.session) for t in trials]
+
+
+def one_schedule(schedules: list[Schedule]) -> Schedule:
+    """The schedule every trial of a stack runs (they must agree)."""
+    if len(set(schedules)) != 1:
+        raise ValueError("stacked trials need one schedule; run them one at a time")
+    return schedules[0]
+
+
+def run_stacked(
+    trials: list[Trial],
+    program: StackedProgram,
+    plan: PrivacyLedger,
+    notion: PrivacyNotion = PrivacyNotion.FULL,
+    steps: int | None = None,
+) -> None:
+    """Submit `plan` to every trial's session, then run `program.step` on `steps` (default:
+    the schedule's) rounds of the trials' own Poisson batches."""
+    schedule = program.schedule
+    n = len(trials[0].task.train)
+    draws = []
+    for trial in trials:
+        trial.session.submit_plan(plan, notion)
+        draws.append(trial.session.poisson(n, schedule.sampling_rate))
+    for _ in range(schedule.steps if steps is None else steps):
+        program.step([draw() for draw in draws])
+
+
+def one_stacked_step(trial: Trial, program: StackedProgram, plan: PrivacyLedger
+                     ) -> Callable[[], None]:  # fmt: skip
+    """`fairbench bench`'s view of a one-trial stacked program: each call runs one step."""
+    trial.session.submit_plan(plan)
+    draw = trial.session.poisson(len(trial.task.train), program.schedule.sampling_rate)
+    return lambda: program.step([draw()])

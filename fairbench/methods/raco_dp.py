@@ -62,25 +62,28 @@ from fairbench.methods.base import (
     Fitted,
     Method,
     TrainingHparams,
+    Trial,
     resolve_device,
 )
 from fairbench.methods.engine import (
-    Program,
     Schedule,
+    StackedData,
+    StackedProgram,
     calibrated,
     check_one_free_quantity,
     expected_batch,
-    init_model,
-    one_step,
-    run_steps,
-    train_tensors,
+    init_models,
+    one_schedule,
+    one_stacked_step,
+    run_stacked,
     uncalibrated,
 )
 from fairbench.methods.knob import Direction, Knob
-from fairbench.models.grad_sample import PerSampleGradients
+from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import Batch, PrivacySession
+from fairbench.privacy.stacked import gaussian_sums, laplace_histograms
 from fairbench.task import Task
 
 
@@ -88,14 +91,14 @@ def rate_contributions(soft: torch.Tensor, logits: torch.Tensor, hard: bool) -> 
     """What each record adds to the histogram: its tempered softmax `soft` (soft rates) or the
     one-hot of its argmax (hard-rate dual). Either way a vector of l1 norm 1."""
     if hard:
-        return F.one_hot(logits.argmax(dim=1), logits.shape[1]).to(logits.dtype)
+        return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
     return soft
 
 
 class RateLagrangian:
     """Per-sample Lagrangian of Eq. (10), multiplied by r|D|:
     CE(z_i, y_i) + sum_k c_ik sigma_tau(z_i)_k, where c_i is the row of the coefficient matrix
-    for the record's part (already multiplied by r|D|)."""
+    for the record's part (already multiplied by r|D|). Shapes: y (..., B), coef (..., B, K)."""
 
     def __init__(
         self,
@@ -108,15 +111,17 @@ class RateLagrangian:
         self.y, self.coef, self.tau, self.soft = y, coef, temperature, soft
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        soft = torch.softmax(self.tau * logits, dim=1)
-        return F.cross_entropy(logits, self.y, reduction="none") + (self.coef * soft).sum(dim=1)
+        """logits (..., B, K) -> per-record Lagrangian (..., B)."""
+        soft = torch.softmax(self.tau * logits, dim=-1)
+        ce = F.cross_entropy(logits.flatten(0, -2), self.y.flatten(), reduction="none")
+        return ce.view(self.y.shape) + (self.coef * soft).sum(dim=-1)
 
     def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
         """softmax(z) − onehot(y) + tau · s ⊙ (c − <c, s>), with s = softmax(tau z)."""
-        soft = torch.softmax(self.tau * logits, dim=1) if self.soft is None else self.soft
-        grad = soft.clone() if self.tau == 1.0 else torch.softmax(logits, dim=1)
-        grad[torch.arange(len(self.y), device=grad.device), self.y] -= 1.0
-        centred = self.coef - (self.coef * soft).sum(dim=1, keepdim=True)
+        soft = torch.softmax(self.tau * logits, dim=-1) if self.soft is None else self.soft
+        grad = soft if self.tau == 1.0 else torch.softmax(logits, dim=-1)
+        grad = grad - F.one_hot(self.y, logits.shape[-1]).to(logits.dtype)
+        centred = self.coef - (self.coef * soft).sum(dim=-1, keepdim=True)
         return grad + self.tau * soft * centred
 
 
@@ -197,12 +202,18 @@ class SGDA(Method):
                 self.laplace_scale()))  # fmt: skip
         return plan
 
-    def _partition(self, task: Task, fairness: FairnessSpec):
-        """The constraint set and each training record's part of its partition."""
+    def stackable(self) -> bool:
+        return stackable(self.hparams.model)
+
+    def _constraints(self, fairness: FairnessSpec, task: Task) -> constraints.RateConstraintSet:
         if fairness.knob is None:
             raise ConfigError(f"method {self.name} needs gamma values: give the method `knobs`")
-        cs = constraints.build(fairness.constraint, fairness.definition, task.n_classes,
-                               task.n_groups, fairness.knob)  # fmt: skip
+        return constraints.build(fairness.constraint, fairness.definition, task.n_classes,
+                                 task.n_groups, fairness.knob)  # fmt: skip
+
+    @staticmethod
+    def _parts(cs: constraints.RateConstraintSet, task: Task) -> np.ndarray:
+        """Each training record's part of the constraint set's partition."""
         parts = cs.parts_of(task.train.y, task.train.s)
         empty = sorted(set(range(cs.n_parts)) - set(np.unique(parts)))
         if empty:  # a validity check on the configuration, like a missing column
@@ -210,63 +221,71 @@ class SGDA(Method):
                 f"constraint set {cs.name!r}: partition part {empty[0]} has no training "
                 "record; merge groups or choose another partition"
             )
-        return cs, parts
+        return parts
 
-    def _program(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Program:
-        hp, dev = self.hparams, session.device
-        cs, parts = self._partition(task, fairness)
-        model = init_model(hp, task, session)
-        x, y = train_tensors(task, dev)
-        part = torch.as_tensor(parts, dtype=torch.int64, device=dev)
-        schedule = self.schedule(len(y), session.budget)
-        histogram = session.laplace_histogram(HISTOGRAM, self.laplace_scale())
-        gradient_sum = session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
-        rates = constraints.TorchRates(cs, dev)
-        per_sample = PerSampleGradients(model)
-        params = list(model.parameters())
-        lam = torch.zeros(cs.n_constraints, device=dev)
-        scale = expected_batch(schedule, len(y))  # r|D|
+    def _program(self, trials: list[Trial]) -> StackedProgram:
+        hp, dev = self.hparams, trials[0].session.device
+        sets = [self._constraints(t.fairness, t.task) for t in trials]
+        data = StackedData([t.task for t in trials], dev)
+        part = data.per_record(lambda task: self._parts(sets[0], task), torch.int64)
+        models = init_models(hp, trials)
+        stack = stack_models(models)
+        schedule = one_schedule([self.schedule(data.n, t.session.budget) for t in trials])
+        histograms = [t.session.laplace_histogram(HISTOGRAM, self.laplace_scale())
+                      for t in trials]  # fmt: skip
+        gradient_sums = [t.session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
+                         for t in trials]  # fmt: skip
+        rates = constraints.TorchRates(sets, dev)
+        n_parts, hard = sets[0].n_parts, hp.dual_rates == "hard"
+        lam = torch.zeros((len(trials), sets[0].n_constraints), device=dev)
+        scale = expected_batch(schedule, data.n)  # r|D|
 
-        def step(batch: Batch) -> None:
+        def step(batches: list[Batch]) -> None:
             nonlocal lam
-            xb, yb, pb = (t.index_select(0, batch.indices) for t in (x, y, part))
-            with torch.no_grad():
-                logits = model(xb)
-                soft = torch.softmax(hp.temperature * logits, dim=1)
-                contrib = rate_contributions(soft, logits, hp.dual_rates == "hard")
-                hist = histogram(contrib, pb, cs.n_parts, batch)
-                sizes = rates.sizes(hist, hp.min_count)
-                coef = rates.coefficients(lam, sizes) * scale
-            loss = RateLagrangian(yb, coef.index_select(0, pb), hp.temperature, soft)
-            sums = gradient_sum(per_sample(xb, loss, logits=logits), batch)
-            with torch.no_grad():
-                for p, g in zip(params, sums, strict=True):
-                    p.sub_(hp.lr / scale * g)
-                gap = rates.values(hist, sizes) - rates.gamma
-                lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
+            rows = data.gather(batches)
+            xb, yb, pb = rows.rows(data.x), rows.rows(data.y), rows.rows(part)
+            logits = stack.logits(xb)
+            soft = torch.softmax(hp.temperature * logits, dim=-1)
+            contrib = rows.masked(rate_contributions(soft, logits, hard))
+            hist = laplace_histograms(histograms, contrib, pb, n_parts, rows.sizes, batches)
+            sizes = rates.sizes(hist, hp.min_count)
+            coef = rates.coefficients(lam, sizes) * scale  # (T, Q, K)
+            per_record = torch.gather(coef, 1, pb.unsqueeze(-1).expand(-1, -1, coef.shape[-1]))
+            loss = RateLagrangian(yb, per_record, hp.temperature, soft)
+            contributions = stack.contributions(xb, loss, logits, rows.mask, rows.sizes)
+            stack.descend(gaussian_sums(gradient_sums, contributions, batches), hp.lr / scale)
+            gap = rates.values(hist, sizes) - rates.gamma
+            lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
 
-        def report() -> dict:
-            return {"n_constraints": cs.n_constraints, "lambda": lam.cpu().tolist()}
+        def report() -> list[dict]:
+            return [{"n_constraints": sets[0].n_constraints, "lambda": row}
+                    for row in lam.cpu().tolist()]  # fmt: skip
 
-        return Program(model, schedule, step, report)
+        return StackedProgram(models, schedule, step, report)
+
+    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
+        program = self._program(trials)
+        schedule = program.schedule
+        run_stacked(trials, program, self.plan(schedule))
+        hp, laplace = self.hparams, self.laplace_scale()
+        budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
+        return [
+            Fitted(model, t.session.device, budget=budget,
+                   info={**schedule.info(), "laplace_scale": laplace, "clip_norm": hp.clip_norm,
+                         "gamma": t.fairness.knob, **report})
+            for model, t, report in zip(program.models, trials, program.report(), strict=True)
+        ]  # fmt: skip
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        program = self._program(task, fairness, session)
-        schedule = program.schedule
-        run_steps(session, len(task.train), schedule, program.step, self.plan(schedule))
-        hp, laplace = self.hparams, self.laplace_scale()
-        info = {**schedule.info(), "laplace_scale": laplace, "clip_norm": hp.clip_norm,
-                "gamma": fairness.knob, **program.report()}  # fmt: skip
-        budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
-        return Fitted(program.model, session.device, info=info, budget=budget)
+        return self.train_stack([Trial(task, fairness, session)])[0]
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
         session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
-        fairness = FairnessSpec("demographic_parity", 0.05)
-        program = self._program(task, fairness, session)
-        return one_step(session, program, len(task.train), self.plan(program.schedule))
+        trial = Trial(task, FairnessSpec("demographic_parity", 0.05), session)
+        program = self._program([trial])
+        return one_stacked_step(trial, program, self.plan(program.schedule))
 
 
 class RaCODP(SGDA):

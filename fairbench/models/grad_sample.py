@@ -32,19 +32,19 @@ PerSampleLoss = Callable[[torch.Tensor], torch.Tensor]  # logits (B, K) -> losse
 
 
 class CrossEntropy:
-    """Per-sample cross-entropy against integer labels, with its closed-form logit gradient
-    softmax(z) - onehot(y), which spares the linear fast path an autograd pass."""
+    """Per-sample cross-entropy against integer labels y (..., B), with its closed-form logit
+    gradient softmax(z) - onehot(y), which spares the linear fast path an autograd pass."""
 
     def __init__(self, y: torch.Tensor) -> None:
         self.y = y
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits, self.y, reduction="none")
+        """logits (..., B, K) -> losses (..., B)."""
+        losses = F.cross_entropy(logits.flatten(0, -2), self.y.flatten(), reduction="none")
+        return losses.view(self.y.shape)
 
     def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
-        grad = torch.softmax(logits, dim=1)
-        grad[torch.arange(len(self.y), device=grad.device), self.y] -= 1.0
-        return grad
+        return torch.softmax(logits, dim=-1) - F.one_hot(self.y, logits.shape[-1]).to(logits.dtype)
 
 
 class PerSampleGradients:

@@ -11,6 +11,10 @@ Three shapes cover every method:
   (a_i = dloss_i / dlogits). Never materialised: ||v_i|| = ||a_i|| sqrt(||x_i||^2 + 1) and the
   clipped sum is one matrix product.
 - `Scattered`: rows that add into one of `n_targets` slots by index (per-cell matrices).
+
+`StackedOuterProducts` holds the outer products of several trials at once (a leading trial
+axis, batches padded to one length): what a stacked program (`fairbench.methods.engine`) hands
+its trials' mechanisms, each of which releases its own trial's sum.
 """
 
 from __future__ import annotations
@@ -98,6 +102,42 @@ class OuterProducts:
     def weighted_sum(self, factors: torch.Tensor | None) -> list[torch.Tensor]:
         a = self.a if factors is None else self.a * factors[:, None]
         return [a.T @ self.x, a.sum(dim=0)]
+
+
+@dataclass(frozen=True)
+class StackedOuterProducts:
+    """T trials' outer products: a (T, B, K), x (T, B, d), trial t's records in the first
+    `sizes[t]` rows. Padding rows must have a = 0 (`masked`): norm 0, nothing added."""
+
+    a: torch.Tensor
+    x: torch.Tensor
+    sizes: list[int]
+
+    @classmethod
+    def masked(cls, a: torch.Tensor, x: torch.Tensor, mask: torch.Tensor | None,
+               sizes: list[int]) -> StackedOuterProducts:  # fmt: skip
+        """`mask` (T, B) marks real rows; None: no padding."""
+        return cls(a if mask is None else a * mask.unsqueeze(-1).to(a.dtype), x, sizes)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.a.dtype
+
+    def norms(self) -> torch.Tensor:
+        return self.a.norm(dim=-1) * torch.sqrt((self.x * self.x).sum(dim=-1) + 1.0)
+
+    def weighted_sum(self, factors: torch.Tensor | None) -> list[torch.Tensor]:
+        """Per trial [(f a)^T x, sum f a]: (T, K, d) and (T, K)."""
+        a = self.a if factors is None else self.a * factors.unsqueeze(-1)
+        return [a.transpose(1, 2) @ self.x, a.sum(dim=1)]
+
+    def trial(self, t: int) -> OuterProducts:
+        """Trial t's own contributions, unpadded."""
+        size = self.sizes[t]
+        return OuterProducts(self.a[t, :size], self.x[t, :size])
 
 
 @dataclass(frozen=True)

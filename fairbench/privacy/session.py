@@ -120,6 +120,7 @@ class PrivacySession:
         self._rounds = 0
         self._allowance: Counter[tuple] = Counter()
         self._drawn: Counter[tuple] = Counter()
+        self._texts: dict[int, tuple[dp_event.DpEvent, str]] = {}
         if self.budget is None:
             self.notion = PrivacyNotion.NONE
 
@@ -218,7 +219,7 @@ class PrivacySession:
             )
         rate = None if batch is None else batch.rate
         round_ = None if batch is None or batch.rate is None else batch.round
-        key = (rate, repr(event), group)
+        key = (rate, self._text(event), group)
         self._drawn[key] += 1
         if self._drawn[key] > self._allowance[key]:  # refused before its noise is drawn
             raise PrivacyContractError(
@@ -226,6 +227,13 @@ class PrivacySession:
                 f"{self._drawn[key]} time(s), planned {self._allowance[key]}"
             )
         self.releases.append(Release(label, event, round_, rate, group))
+
+    def _text(self, event: dp_event.DpEvent) -> str:
+        """repr(event), computed once per event object (a mechanism records one per step)."""
+        hit = self._texts.get(id(event))
+        if hit is None or hit[0] is not event:
+            hit = self._texts[id(event)] = (event, repr(event))
+        return hit[1]
 
     def _check_noise(self, label: str, noise_multiplier: float, sensitivity: float) -> bool:
         """True when noise is to be drawn; a private session refuses a noiseless release."""
@@ -252,20 +260,29 @@ class GaussianSum:
     def __init__(self, session, label, clip, noise_multiplier, group) -> None:
         self.session, self.label, self.clip = session, label, clip
         self.noise_multiplier, self.group = noise_multiplier, group
+        self._event = dp_event.GaussianDpEvent(noise_multiplier)
+
+    @property
+    def secure(self) -> bool:
+        """Exact discrete noise: the sum is taken in float64 for its grid."""
+        return self.session.private and self.session.secure_noise
 
     def __call__(self, contributions: Contributions, batch: Batch | None = None) -> list[Array]:
+        exact = clipped_sum(as_float64(contributions) if self.secure else contributions,
+                            self.clip)  # fmt: skip
+        noisy = self.release(exact, len(contributions), batch)
+        return [_as_dtype(v, contributions.dtype) for v in noisy] if self.secure else noisy
+
+    def release(self, exact: list[Array], records: int, batch: Batch | None) -> list[Array]:
+        """The noisy release of `exact`, a clipped sum over `records` records (clipped by
+        `__call__`, or by a stacked program's one pass over several trials' mechanisms)."""
         session = self.session
-        secure = session.private and session.secure_noise  # its grid needs float64 sums
-        exact = clipped_sum(as_float64(contributions) if secure else contributions, self.clip)
         sensitivity = self.clip * session.substitution_factor(2.0)
         if not session._check_noise(self.label, self.noise_multiplier, sensitivity):
             return exact
-        event = dp_event.GaussianDpEvent(self.noise_multiplier)
-        session._record(self.label, event, batch, self.group)
+        session._record(self.label, self._event, batch, self.group)
         noise = session.noise(self.label, self.group, _device(exact[0]))
-        noisy = noisy_sums("gaussian", noise, exact, self.noise_multiplier, sensitivity,
-                           len(contributions))  # fmt: skip
-        return [_as_dtype(v, contributions.dtype) for v in noisy] if secure else noisy
+        return noisy_sums("gaussian", noise, exact, self.noise_multiplier, sensitivity, records)
 
 
 class GaussianCounts:
@@ -299,26 +316,42 @@ class LaplaceHistogram:
 
     def __init__(self, session, label, scale) -> None:
         self.session, self.label, self.scale = session, label, scale
+        self._event = dp_event.LaplaceDpEvent(scale)
+
+    @property
+    def secure(self) -> bool:
+        """Exact discrete noise: the histogram is summed in float64 for its grid."""
+        return self.session.private and self.session.secure_noise
 
     def __call__(
         self, rows: torch.Tensor, parts: torch.Tensor, n_parts: int, batch: Batch | None = None
     ) -> torch.Tensor:
-        secure = self.session.private and self.session.secure_noise  # float64 sums for the grid
-        summed = rows.double() if secure else rows
+        summed = rows.double() if self.secure else rows
         hist = torch.zeros((n_parts, rows.shape[1]), dtype=summed.dtype, device=rows.device)
         hist.index_add_(0, parts, summed)
+        if self.session.private:
+            check_l1_rows(self.label, rows)
+        return self.release(hist, len(rows), batch).to(rows.dtype)
+
+    def release(self, hist: torch.Tensor, records: int, batch: Batch | None) -> torch.Tensor:
+        """The noisy release of `hist`, summed over `records` rows whose l1 norms were checked
+        (by `__call__`, or by a stacked program over several trials' mechanisms)."""
         sensitivity = self.session.substitution_factor(2.0)
         if not self.session._check_noise(self.label, self.scale, sensitivity):
             return hist
-        if len(rows) and float(rows.abs().sum(dim=1).max()) > 1 + L1_ROUNDING:
-            raise PrivacyContractError(
-                f"release {self.label!r}: a histogram row has l1 norm above 1; its sensitivity "
-                "would exceed the declared one"
-            )
-        self.session._record(self.label, dp_event.LaplaceDpEvent(self.scale), batch, None)
-        noise = self.session.noise(self.label, None, rows.device)
-        noisy = noisy_sums("laplace", noise, [hist], self.scale, sensitivity, len(rows))[0]
-        return noisy.to(rows.dtype)
+        self.session._record(self.label, self._event, batch, None)
+        noise = self.session.noise(self.label, None, hist.device)
+        return noisy_sums("laplace", noise, [hist], self.scale, sensitivity, records)[0]
+
+
+def check_l1_rows(label: str, rows: torch.Tensor) -> None:
+    """Refuse a histogram whose rows (records, last axis: cells) exceed l1 norm 1: its
+    sensitivity would exceed the declared one."""
+    if rows.numel() and float(rows.abs().sum(dim=-1).max()) > 1 + L1_ROUNDING:
+        raise PrivacyContractError(
+            f"release {label!r}: a histogram row has l1 norm above 1; its sensitivity "
+            "would exceed the declared one"
+        )
 
 
 class GaussianGram:

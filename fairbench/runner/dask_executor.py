@@ -3,8 +3,9 @@
 Why Dask (distributed) rather than Ray: it installs as ~5 MB of mostly pure-Python wheels
 (Ray's wheel alone is 76 MB), starts a local cluster in about 0.6 s on this 2-core machine,
 and runs a tiny task in about 2 ms; trials are independent, CPU-bound Python calls, so the
-task graph needs nothing beyond `Client.map`. Trials are sent in batches (about four per
-worker) so that per-task overhead stays negligible next to trials of a second or less. Every
+task graph needs nothing beyond `Client.map`. Work units (`runner.stacking`: stacks of
+trials, or single trials) are sent in bundles (about four per worker) so that per-task
+overhead stays negligible next to trials of a second or less. Every
 result comes back to the calling process, which alone writes the store.
 """
 
@@ -15,16 +16,17 @@ from collections.abc import Callable
 
 from fairbench.errors import ConfigError
 from fairbench.rundir.row import TrialRow
+from fairbench.runner.stacking import work_units
 from fairbench.runner.trial import TrialSpec
-from fairbench.runner.worker import run_batch
+from fairbench.runner.worker import run_units
 
 BATCHES_PER_WORKER = 4
 
 
-def batches(specs: list[TrialSpec], workers: int) -> list[list[TrialSpec]]:
-    """Contiguous batches, about BATCHES_PER_WORKER per worker."""
-    size = max(1, math.ceil(len(specs) / (workers * BATCHES_PER_WORKER)))
-    return [specs[i : i + size] for i in range(0, len(specs), size)]
+def bundles(units: list[list[TrialSpec]], workers: int) -> list[list[list[TrialSpec]]]:
+    """Contiguous bundles of work units, about BATCHES_PER_WORKER per worker."""
+    size = max(1, math.ceil(len(units) / (workers * BATCHES_PER_WORKER)))
+    return [units[i : i + size] for i in range(0, len(units), size)]
 
 
 def run_on_dask(
@@ -34,7 +36,7 @@ def run_on_dask(
     scheduler: str | None = None,
 ) -> None:
     """Run `pending` on the cluster at `scheduler` (a `LocalCluster` of `workers` single-
-    threaded processes when None), recording each trial as its batch returns."""
+    threaded processes when None), recording each trial as its bundle returns."""
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -49,7 +51,8 @@ def run_on_dask(
     client = Client(scheduler or cluster)
     try:
         n_workers = max(1, len(client.scheduler_info()["workers"]))
-        futures = client.map(run_batch, batches(pending, n_workers), pure=False)
+        units = work_units(pending, n_workers)
+        futures = client.map(run_units, bundles(units, n_workers), pure=False)
         for future in as_completed(futures):
             for spec, result, error in future.result():
                 record(spec, result, error)

@@ -26,8 +26,9 @@ from fairbench.rundir import CONFIG_FILE, saved_config
 from fairbench.rundir.row import TrialRow
 from fairbench.rundir.store import ResultStore
 from fairbench.runner.config import ExperimentConfig, expand, parse_config
-from fairbench.runner.trial import TrialSpec, run_trial
-from fairbench.runner.worker import failure_message, init_worker
+from fairbench.runner.stacking import work_units
+from fairbench.runner.trial import TrialSpec
+from fairbench.runner.worker import failure_message, init_worker, run_unit
 
 
 @dataclass(frozen=True)
@@ -131,29 +132,32 @@ def execute(
 
                 run_on_dask(pending, workers, record, scheduler)
             elif workers <= 1 or len(pending) <= 1:
-                for spec in pending:
-                    try:
-                        record(spec, run_trial(spec), None)
-                    except Exception as exc:  # a failed trial is recorded, the run goes on
-                        record(spec, None, failure_message(exc))
+                for unit in work_units(pending):
+                    for spec, result, error in run_unit(unit):
+                        record(spec, result, error)
             else:
-                _run_pool(pending, workers, record)
+                _run_pool(work_units(pending, workers), workers, record)
         return RunSummary(len(specs), len(specs) - len(pending), len(pending) - len(failed), failed)
     finally:
         store.close()
 
 
-def _run_pool(pending: list[TrialSpec], workers: int, record) -> None:
+def _run_pool(units: list[list[TrialSpec]], workers: int, record) -> None:
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker) as pool:
-        futures: dict[Future, TrialSpec] = {pool.submit(run_trial, s): s for s in pending}
+        futures: dict[Future, list[TrialSpec]] = {pool.submit(run_unit, u): u for u in units}
         try:
             while futures:
                 done, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    spec = futures.pop(fut)
+                    unit = futures.pop(fut)
                     exc = fut.exception()
-                    record(spec, None if exc else fut.result(), exc and failure_message(exc))
+                    if exc is not None:  # the worker died: every trial of the unit failed
+                        for spec in unit:
+                            record(spec, None, failure_message(exc))
+                        continue
+                    for spec, result, error in fut.result():
+                        record(spec, result, error)
         except BaseException:
             for fut in futures:
                 fut.cancel()

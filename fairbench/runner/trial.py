@@ -16,7 +16,7 @@ from fairbench import constraints, metrics
 from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
-from fairbench.methods.base import resolve_device
+from fairbench.methods.base import Trial, resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.crosscheck import check_ledger
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
@@ -54,6 +54,12 @@ class TrialSpec:
             del data["secure_noise"]
         blob = json.dumps(data, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def stack_key(self) -> str:
+        """What the trials of one stack (`run_stack`) share: the spec but its seed and knob."""
+        shared = {k: v for k, v in asdict(self).items() if k not in ("seed", "knob")}
+        return json.dumps(shared, sort_keys=True, default=str)
 
     @property
     def config_id(self) -> str:
@@ -172,29 +178,50 @@ def evaluate_group_loss(
 def run_trial(spec: TrialSpec) -> TrialRow:
     """Fit and evaluate one trial; the row holds the spec, the outcome and the ledger (the
     store keeps its `to_record()`)."""
-    task = load_task(spec)
-    method = get_method(spec.method, **spec.hparams)
-    privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
+    return run_stack([spec])[0]
+
+
+def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
+    """Fit trials that differ only in seed and knob (`TrialSpec.stack_key`) as one
+    stacked program where the method stacks (else one after another), then evaluate each.
+    A trial's stored wall time is its share of the stack's fitting time plus its own
+    accounting (evaluation is not counted)."""
+    first = specs[0]
+    if any(spec.stack_key != first.stack_key for spec in specs):
+        raise ValueError("a stack's trials must differ only in seed and knob")
+    method = get_method(first.method, **first.hparams)
+    privacy = PrivacyBudget(first.epsilon, first.delta) if first.epsilon is not None else None
     start = time.perf_counter()
-    fairness = FairnessSpec(spec.constraint, spec.knob, spec.constraint_definition)
-    session = PrivacySession(spec.seed, resolve_device(spec.device), privacy,
-                             secure_noise=spec.secure_noise)  # fmt: skip
-    fitted = method.fit(task, privacy, fairness, spec.seed, spec.device, session=session)
-    wall = time.perf_counter() - start
-    fitted.ledger = recorded_ledger(spec, session, fitted.target_accounting)
+    tasks = [load_task(spec) for spec in specs]
+    trials = [Trial(task, FairnessSpec(s.constraint, s.knob, s.constraint_definition),
+                    PrivacySession(s.seed, resolve_device(s.device), privacy,
+                                   secure_noise=s.secure_noise))
+              for s, task in zip(specs, tasks, strict=True)]  # fmt: skip
+    fits = method.fit_stack(trials)
+    share = (time.perf_counter() - start) / len(specs)
+    return [_evaluated(spec, method, fitted, trial, privacy, share)
+            for spec, fitted, trial in zip(specs, fits, trials, strict=True)]  # fmt: skip
+
+
+def _evaluated(spec, method, fitted, trial, privacy, fit_seconds) -> TrialRow:
+    start = time.perf_counter()
+    task = trial.task
+    fitted.ledger = recorded_ledger(spec, trial.session, fitted.target_accounting)
     spent = fitted.ledger.epsilon(spec.delta)
+    wall = fit_seconds + time.perf_counter() - start
     if task.kind == "regression" or spec.constraint == "bounded_group_loss":
         val = evaluate_group_loss(fitted, task.val, task, spec.knob)
         test = evaluate_group_loss(fitted, task.test, task, spec.knob)
-        return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
-    gamma = spec.knob if method.knob is not None and method.knob.name == "gamma" else None
-    rate_set = constraints.build(spec.constraint, spec.constraint_definition, task.n_classes,
-                                 task.n_groups, 0.0 if gamma is None else gamma)  # fmt: skip
-    if gamma is None:  # no stated target: report values only
-        rate_set = rate_set.with_gamma(float("nan"))
-    builtin = spec.constraint_definition is None
-    val = evaluate(fitted, task.val, task, rate_set, builtin)
-    test = evaluate(fitted, task.test, task, rate_set, builtin)
+    else:
+        gamma = spec.knob if method.knob is not None and method.knob.name == "gamma" else None
+        rate_set = constraints.build(spec.constraint, spec.constraint_definition,
+                                     task.n_classes, task.n_groups,
+                                     0.0 if gamma is None else gamma)  # fmt: skip
+        if gamma is None:  # no stated target: report values only
+            rate_set = rate_set.with_gamma(float("nan"))
+        builtin = spec.constraint_definition is None
+        val = evaluate(fitted, task.val, task, rate_set, builtin)
+        test = evaluate(fitted, task.test, task, rate_set, builtin)
     return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
 
 

@@ -9,7 +9,7 @@ import torch
 
 from fairbench.errors import FairbenchError
 from fairbench.rundir.row import TrialRow
-from fairbench.runner.trial import TrialSpec, run_trial
+from fairbench.runner.trial import TrialSpec, run_stack, run_trial
 
 
 def init_worker() -> None:
@@ -22,14 +22,26 @@ def failure_message(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)).strip()
 
 
-def run_batch(specs: list[TrialSpec]) -> list[tuple[TrialSpec, TrialRow | None, str | None]]:
-    """Run trials one after another where this is called (a remote task of a distributed
-    executor): (spec, result, None) or (spec, None, error) for each."""
+def run_unit(specs: list[TrialSpec]) -> list[tuple[TrialSpec, TrialRow | None, str | None]]:
+    """Run one work unit (`runner.stacking.work_units`: one trial, or a stack) where this is
+    called: (spec, result, None) or (spec, None, error) for each trial. A stack that fails
+    is re-run one trial at a time, so that each error names its own trial and the others
+    still finish."""
     init_worker()
+    if len(specs) > 1:
+        try:
+            return [(s, row, None) for s, row in zip(specs, run_stack(specs), strict=True)]
+        except Exception:  # attributed below, trial by trial
+            pass
     out: list[tuple[TrialSpec, TrialRow | None, str | None]] = []
     for spec in specs:
         try:
             out.append((spec, run_trial(spec), None))
-        except Exception as exc:  # a failed trial is reported, the batch goes on
+        except Exception as exc:  # a failed trial is reported, the unit goes on
             out.append((spec, None, failure_message(exc)))
     return out
+
+
+def run_units(units: list[list[TrialSpec]]) -> list[tuple[TrialSpec, TrialRow | None, str | None]]:
+    """Several work units in turn (a remote task of a distributed executor)."""
+    return [result for unit in units for result in run_unit(unit)]

@@ -1,0 +1,96 @@
+"""Models of several trials trained as one tensor program (a leading trial axis T).
+
+`StackedLinear` holds T logistic regressions as one (T, K, d) weight and (T, K) bias; each
+trial's own `nn.Linear` keeps views into them, so an update of the stack trains every trial's
+model in place and the trained models need no copying out. Its per-sample gradients are the
+closed-form outer products (`StackedOuterProducts`) of `fairbench.models.grad_sample`.
+`OneModel` is any other model, one trial at a time (opacus's per-sample gradients), behind
+the same interface, so a method's step is written once for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from fairbench.models import LogisticRegression, ModelKind
+from fairbench.models.grad_sample import PerSampleGradients
+from fairbench.privacy.contributions import Contributions, StackedOuterProducts
+
+
+@dataclass(frozen=True)
+class OneTrial:
+    """The contributions of a stack of one trial, in any shape (`trial(0)` gives them)."""
+
+    contributions: Contributions
+
+    def trial(self, t: int) -> Contributions:
+        assert t == 0
+        return self.contributions
+
+
+class StackedLinear:
+    """T logistic regressions trained together (see the module docstring)."""
+
+    def __init__(self, models: list[nn.Module]) -> None:
+        layers = [m.linear for m in models]
+        self.weight = torch.stack([layer.weight.detach() for layer in layers])
+        self.bias = torch.stack([layer.bias.detach() for layer in layers])
+        for t, layer in enumerate(layers):
+            layer.weight.data = self.weight[t]
+            layer.bias.data = self.bias[t]
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(T, B, d) -> (T, B, K)."""
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+
+    def contributions(self, x, loss, logits, mask, sizes) -> StackedOuterProducts:
+        """Each record's gradient of `loss` (whose `logit_grad` maps (T, B, K) logits to
+        dloss/dlogits) as outer products; padding rows (`mask` False) contribute nothing."""
+        return StackedOuterProducts.masked(loss.logit_grad(logits), x, mask, sizes)
+
+    @torch.no_grad()
+    def descend(self, sums: list[torch.Tensor], step: float) -> None:
+        """parameters -= step * sums, per trial."""
+        self.weight.sub_(step * sums[0])
+        self.bias.sub_(step * sums[1])
+
+
+class OneModel:
+    """One trial's model of any kind behind `StackedLinear`'s interface (T = 1)."""
+
+    def __init__(self, model: nn.Module, engine: Literal["auto", "opacus"] = "auto") -> None:
+        self.model = model
+        self.per_sample = PerSampleGradients(model, engine)
+        self.params = list(model.parameters())
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x[0]).unsqueeze(0)
+
+    def contributions(self, x, loss, logits, mask, sizes) -> OneTrial:
+        return OneTrial(self.per_sample(x[0], lambda z: loss(z.unsqueeze(0)).squeeze(0),
+                                        logits=logits[0]))  # fmt: skip
+
+    @torch.no_grad()
+    def descend(self, sums: list[torch.Tensor], step: float) -> None:
+        for p, g in zip(self.params, sums, strict=True):
+            p.sub_(step * g[0])
+
+
+def stack_models(models: list[nn.Module], engine: Literal["auto", "opacus"] = "auto"):
+    """`StackedLinear` for logistic regressions on the closed-form path, else `OneModel`
+    (which takes one trial: `stackable` says whether a stack may hold more)."""
+    if isinstance(models[0], LogisticRegression) and engine == "auto":
+        return StackedLinear(models)
+    if len(models) != 1:
+        raise ValueError(f"{type(models[0]).__name__} models train one trial at a time")
+    return OneModel(models[0], engine)
+
+
+def stackable(kind: ModelKind, engine: Literal["auto", "opacus"] = "auto") -> bool:
+    """Whether models of `kind` train in stacks of more than one trial."""
+    return kind == "logistic" and engine == "auto"

@@ -1,0 +1,60 @@
+"""Several trials' releases in one pass: what a stacked program (`fairbench.methods.engine`)
+calls where a one-trial program calls its session's mechanism.
+
+Each trial keeps its own mechanism, session, plan, ledger and noise stream; stacking only
+shares the arithmetic before the noise. When every trial's mechanism is the session's plain
+one with one clip (or one histogram shape), the stack is clipped (or summed) in one tensor
+program and each mechanism then releases its own trial's exact statistic (`release`: the
+plan check, the ledger entry and the noise are the mechanism's, as in a one-trial call).
+Otherwise (a wrapped or modified mechanism, e.g. the audit's, or exact discrete noise, which
+sums in float64) each trial's mechanism is called on its own trial's slice, which is the
+reference semantics the fast path is tested against.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fairbench.privacy.contributions import StackedOuterProducts, clipped_sum
+from fairbench.privacy.session import Batch, GaussianSum, LaplaceHistogram, check_l1_rows
+
+
+def gaussian_sums(mechanisms: list, contributions, batches: list[Batch]) -> list[torch.Tensor]:
+    """Trial t's noisy clipped sum of `contributions.trial(t)` from `mechanisms[t]`, each part
+    stacked on a leading trial axis ([(T, K, d), (T, K)] for outer products)."""
+    first = mechanisms[0]
+    plain = isinstance(contributions, StackedOuterProducts) and all(
+        type(m) is GaussianSum and m.clip == first.clip and not m.secure for m in mechanisms)
+    if plain:
+        exact = clipped_sum(contributions, first.clip)
+        per_trial = [m.release([part[t] for part in exact], contributions.sizes[t], batches[t])
+                     for t, m in enumerate(mechanisms)]  # fmt: skip
+    else:
+        per_trial = [m(contributions.trial(t), batches[t]) for t, m in enumerate(mechanisms)]
+    return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
+
+
+def laplace_histograms(
+    mechanisms: list,
+    rows: torch.Tensor,
+    parts: torch.Tensor,
+    n_parts: int,
+    sizes: list[int],
+    batches: list[Batch],
+) -> torch.Tensor:
+    """Trial t's noisy histogram from `mechanisms[t]`: rows (T, B, K) of l1 norm <= 1 summed
+    into `n_parts` parts by `parts` (T, B); padding rows (beyond `sizes[t]`) must be zero.
+    Returns (T, n_parts, K)."""
+    n_trials, width = rows.shape[0], rows.shape[-1]
+    plain = all(type(m) is LaplaceHistogram and not m.secure for m in mechanisms)
+    if not plain:
+        return torch.stack([m(rows[t, :size], parts[t, :size], n_parts, batches[t])
+                            for t, (m, size) in enumerate(zip(mechanisms, sizes, strict=True))])
+    if any(m.session.private for m in mechanisms):
+        check_l1_rows(mechanisms[0].label, rows)
+    offsets = torch.arange(n_trials, device=rows.device).unsqueeze(1) * n_parts
+    hist = torch.zeros((n_trials * n_parts, width), dtype=rows.dtype, device=rows.device)
+    hist.index_add_(0, (parts + offsets).reshape(-1), rows.reshape(-1, width))
+    hist = hist.view(n_trials, n_parts, width)
+    return torch.stack([m.release(hist[t], sizes[t], batches[t]).to(rows.dtype)
+                        for t, m in enumerate(mechanisms)])  # fmt: skip

@@ -1,0 +1,50 @@
+"""Which trials train together: trials that differ only in seed and knob value, of a method
+that stacks (`Method.stackable`), run as one stacked program (`runner.trial.run_stack`).
+
+A run's pending trials become work units: stacks of at most `MAX_STACK` trials (bounded so
+that a stack's training sets, one per seed, fit in memory), split so that each worker gets
+at least one where there are enough, and ordered largest first, larger epsilon first (a
+method calibrated by its step count runs more steps there), so that long units start early.
+Every other trial is a unit of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+
+from fairbench.errors import FairbenchError
+from fairbench.methods import get_method
+from fairbench.runner.trial import TrialSpec
+
+MAX_STACK = 20
+
+
+@cache
+def _stackable(method: str, hparams_json: str) -> bool:
+    try:
+        return get_method(method, **json.loads(hparams_json)).stackable()
+    except FairbenchError:  # invalid hyperparameters: the trial runs alone and fails there
+        return False
+
+
+def stackable(spec: TrialSpec) -> bool:
+    return _stackable(spec.method, json.dumps(spec.hparams, sort_keys=True))
+
+
+def work_units(specs: list[TrialSpec], workers: int = 1,
+               max_stack: int = MAX_STACK) -> list[list[TrialSpec]]:  # fmt: skip
+    """The trials as units of work (see the module docstring)."""
+    groups: dict[str, list[TrialSpec]] = {}
+    for spec in specs:
+        key = spec.stack_key if stackable(spec) else spec.trial_id
+        groups.setdefault(key, []).append(spec)
+    units: list[list[TrialSpec]] = []
+    for members in groups.values():
+        members.sort(key=lambda s: (s.seed, -math.inf if s.knob is None else s.knob))
+        pieces = max(math.ceil(len(members) / max_stack), min(workers, len(members)))
+        size = math.ceil(len(members) / pieces)
+        units += [members[i : i + size] for i in range(0, len(members), size)]
+    units.sort(key=lambda u: (-len(u), -(u[0].epsilon or 0.0)))
+    return units

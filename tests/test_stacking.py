@@ -1,0 +1,122 @@
+"""Stacked trials: several trials (seeds x knob values) trained as one program give each
+trial the result it gets alone, with its own ledger, and the runner groups them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fairbench.datasets import get_dataset
+from fairbench.methods import FairnessSpec, get_method, method_class, registry
+from fairbench.methods.base import Trial
+from fairbench.privacy import PrivacyBudget
+from fairbench.privacy.session import PrivacySession, canonical
+from fairbench.runner.stacking import work_units
+from fairbench.runner.trial import TrialSpec, run_stack, run_trial
+
+FAST = {"epochs": 1, "steps": 5, "max_iter": 3, "iterations": 3, "T": 3}
+KNOBS = {"raco-dp": [0.02, 0.1], "sgda": [0.02, 0.1], "dp-fermi": [0.0, 2.0],
+         "cgoo": [0.05, 0.1], "cgoo-nonprivate": [0.05, 0.1], "fairlearn-eg": [0.05, 0.1],
+         "dpse": [0.5, 0.7]}  # fmt: skip
+STACKED = ["dp-sgd", "raco-dp", "sgda"]
+EXTRA = {"raco-dp": {"calibrate": "noise", "batch_size": 64}, "sgda": {"batch_size": 64},
+         "dp-sgd": {"batch_size": 64}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return {seed: get_dataset("synthetic", n_rows=600).load(seed) for seed in (0, 1)}
+
+
+def fast(name: str, **extra):
+    fields = method_class(name).Hparams.model_fields
+    return get_method(name, **{k: v for k, v in FAST.items() if k in fields}, **extra)
+
+
+def trials_of(name: str, tasks, constraint: str = "demographic_parity") -> list[Trial]:
+    budget = PrivacyBudget(1.0) if method_class(name).private else None
+    knobs = KNOBS.get(name, [None])
+    return [Trial(tasks[seed], FairnessSpec(constraint, knob), PrivacySession(seed, budget=budget))
+            for seed in (0, 1) for knob in knobs]  # fmt: skip
+
+
+def parameters(fitted) -> list[torch.Tensor]:
+    models = fitted.components or [fitted.model]
+    return [p.detach().double() for m in models for p in m.parameters()]
+
+
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_a_stack_gives_every_trial_its_result_alone(name, tasks):
+    """Bit-identical where the method trains trials one after another; within float32
+    reduction order (1e-6) where it stacks them into one program."""
+    constraint = "bounded_group_loss" if name == "dpse" else "demographic_parity"
+    method = fast(name, **EXTRA.get(name, {}))
+    stacked = method.fit_stack(trials_of(name, tasks, constraint))
+    alone = [method.fit_stack([trial])[0] for trial in trials_of(name, tasks, constraint)]
+    assert method.stackable() == (name in STACKED)
+    tolerance = 1e-6 if method.stackable() else 0.0
+    for s, a in zip(stacked, alone, strict=True):
+        assert canonical(s.ledger) == canonical(a.ledger)
+        for p, q in zip(parameters(s), parameters(a), strict=True):
+            assert float((p - q).abs().max()) <= tolerance
+        if "lambda" in a.info:
+            assert np.allclose(s.info["lambda"], a.info["lambda"], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", STACKED)
+def test_longer_stacked_runs_stay_within_float32_reduction_order(name, tasks):
+    extra = {"calibrate": "noise"} if name == "raco-dp" else {}
+    method = get_method(name, epochs=10, batch_size=64, **extra)
+    stacked = method.fit_stack(trials_of(name, tasks))
+    for s, trial in zip(stacked, trials_of(name, tasks), strict=True):
+        a = method.fit_stack([trial])[0]
+        assert s.info["steps"] == a.info["steps"] > 40
+        for p, q in zip(parameters(s), parameters(a), strict=True):
+            assert float((p - q).abs().max()) <= 1e-5
+
+
+def test_trials_of_a_stack_draw_their_own_batches_and_noise(tasks):
+    """Two trials of one seed and knob in one stack are two copies of one trial; another seed
+    differs (its own split, batches and noise)."""
+    method = get_method("dp-sgd", epochs=1)
+    budget = PrivacyBudget(1.0)
+    trials = [Trial(tasks[seed], FairnessSpec("demographic_parity"),
+                    PrivacySession(seed, budget=budget)) for seed in (0, 0, 1)]  # fmt: skip
+    first, twin, other = (parameters(f)[0] for f in method.fit_stack(trials))
+    assert torch.equal(first, twin) and not torch.allclose(first, other)
+
+
+def spec(method: str, seed: int, knob: float | None = None, epsilon: float | None = 1.0,
+         **hparams) -> TrialSpec:  # fmt: skip
+    return TrialSpec("synthetic", {"n_rows": 600}, method, method, hparams,
+                     "demographic_parity", knob, epsilon, 1e-5, seed)  # fmt: skip
+
+
+def test_work_units_stack_only_what_may_share_a_program():
+    specs = ([spec("raco-dp", s, k, e, epochs=1, calibrate="noise") for s in range(3)
+              for k in (0.05, 0.1) for e in (1.0, 3.0)]
+             + [spec("cgoo", s, 0.05, iterations=3) for s in range(2)]
+             + [spec("dp-sgd", s, None, 1.0, model="mlp") for s in range(2)])  # fmt: skip
+    units = work_units(specs, workers=2)
+    assert sorted(s.trial_id for u in units for s in u) == sorted(s.trial_id for s in specs)
+    stacks = [u for u in units if len(u) > 1]
+    assert len(stacks) == 4 and all(len(u) == 3 for u in stacks)  # 6 per epsilon, 2 workers
+    assert all(len({s.stack_key for s in u}) == 1 for u in stacks)
+    assert [u[0].epsilon for u in stacks] == [3.0, 3.0, 1.0, 1.0]  # larger epsilon first
+    assert all(u[0].method == "raco-dp" for u in stacks)  # cgoo and the mlp run alone
+    assert len(work_units(specs[:12], workers=1, max_stack=4)) == 4
+
+
+def test_the_runner_stores_a_stack_as_the_trials_alone():
+    specs = [spec("raco-dp", s, k, 1.0, epochs=1, calibrate="noise") for s in (0, 1)
+             for k in (0.05, 0.1)]  # fmt: skip
+    stacked = run_stack(specs)
+    for s, row in zip(specs, stacked, strict=True):
+        alone = run_trial(s)
+        assert row.trial_id == alone.trial_id and row.ledger == alone.ledger
+        assert row.epsilon_spent == alone.epsilon_spent
+        assert row.test["error"] == pytest.approx(alone.test["error"], abs=2e-3)
+        assert row.wall_seconds > 0
+    with pytest.raises(ValueError, match="differ only in seed and knob"):
+        run_stack([specs[0], spec("raco-dp", 0, 0.05, 3.0, epochs=1, calibrate="noise")])
