@@ -207,8 +207,11 @@ class Method(ABC):
         if self.private and any(t.session.budget is None for t in trials):
             raise ConfigError(f"method {self.name} is private: give it a target epsilon")
         try:
-            fits = (self.train_stack(trials) if len(trials) > 1
-                    else [self.train(trials[0].task, trials[0].fairness, trials[0].session)])  # fmt: skip
+            if len(trials) == 1:
+                only = trials[0]
+                fits = [self.train(only.task, only.fairness, only.session)]
+            else:
+                fits = self.train_stack(trials)
         except PrivacyContractError as refused:  # a draw outside the plan: name the method
             raise PrivacyContractError(f"method {self.name}: {refused}") from None
         for fitted, trial in zip(fits, trials, strict=True):
