@@ -84,7 +84,7 @@ def spy(monkeypatch):
 
         def fit_and_keep(trials):
             seen["fitted"] += fit_stack(trials)
-            return seen["fitted"][-len(trials):]
+            return seen["fitted"][-len(trials) :]
 
         method.fit_stack = fit_and_keep
         return method

@@ -96,7 +96,7 @@ class DPSGD(Method):
             x = rows.rows(data.x)
             loss = CrossEntropy(rows.rows(data.y))
             logits = stack.logits(x)
-            contributions = stack.contributions(x, loss, logits, rows.mask, rows.sizes)
+            contributions = stack.contributions(x, loss, logits, rows, rows.rows(data.x_sq))
             stack.descend(gaussian_sums(sums, contributions, batches), step_size)
 
         return StackedProgram(models, schedule, step, lambda: [{} for _ in trials])

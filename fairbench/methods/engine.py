@@ -194,6 +194,7 @@ class StackedData:
         self.offsets = [slot * self.n for slot in self.slots]
         self.x = self.per_record(lambda task: task.train.X, torch.float32)
         self.y = self.per_record(lambda task: task.train.y, torch.int64)
+        self.x_sq = (self.x * self.x).sum(dim=-1)  # each record's ||x||^2, used every step
 
     def per_record(self, values: Callable[[Task], np.ndarray], dtype: torch.dtype) -> torch.Tensor:
         """`values(task)` (one entry per training record) of every distinct task, concatenated

@@ -252,7 +252,7 @@ class SGDA(Method):
             coef = rates.coefficients(lam, sizes) * scale  # (T, Q, K)
             per_record = torch.gather(coef, 1, pb.unsqueeze(-1).expand(-1, -1, coef.shape[-1]))
             loss = RateLagrangian(yb, per_record, hp.temperature, soft)
-            contributions = stack.contributions(xb, loss, logits, rows.mask, rows.sizes)
+            contributions = stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
             stack.descend(gaussian_sums(gradient_sums, contributions, batches), hp.lr / scale)
             gap = rates.values(hist, sizes) - rates.gamma
             lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)

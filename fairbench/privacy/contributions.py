@@ -112,12 +112,19 @@ class StackedOuterProducts:
     a: torch.Tensor
     x: torch.Tensor
     sizes: list[int]
+    x_sq: torch.Tensor | None = None  # (T, B) ||x_i||^2 if known (a record's is constant)
 
     @classmethod
-    def masked(cls, a: torch.Tensor, x: torch.Tensor, mask: torch.Tensor | None,
-               sizes: list[int]) -> StackedOuterProducts:  # fmt: skip
+    def masked(
+        cls,
+        a: torch.Tensor,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        sizes: list[int],
+        x_sq: torch.Tensor | None = None,
+    ) -> StackedOuterProducts:
         """`mask` (T, B) marks real rows; None: no padding."""
-        return cls(a if mask is None else a * mask.unsqueeze(-1).to(a.dtype), x, sizes)
+        return cls(a if mask is None else a * mask.unsqueeze(-1).to(a.dtype), x, sizes, x_sq)
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -127,7 +134,8 @@ class StackedOuterProducts:
         return self.a.dtype
 
     def norms(self) -> torch.Tensor:
-        return self.a.norm(dim=-1) * torch.sqrt((self.x * self.x).sum(dim=-1) + 1.0)
+        x_sq = (self.x * self.x).sum(dim=-1) if self.x_sq is None else self.x_sq
+        return self.a.norm(dim=-1) * torch.sqrt(x_sq + 1.0)
 
     def weighted_sum(self, factors: torch.Tensor | None) -> list[torch.Tensor]:
         """Per trial [(f a)^T x, sum f a]: (T, K, d) and (T, K)."""

@@ -121,6 +121,14 @@ def standard_gaussian(shape: tuple[int, ...], generator: torch.Generator) -> tor
     beyond = z.abs() > TAIL_START
     if not bool((beyond | tail).any()):  # the common case: 1.1e-6 of the draws are either
         return z
+    return _rare_draws(z, tail, beyond, generator)
+
+
+def _rare_draws(z: torch.Tensor, tail: torch.Tensor, beyond: torch.Tensor,
+                generator: torch.Generator) -> torch.Tensor:  # fmt: skip
+    """`standard_gaussian`'s rare path: body draws past the tail start redrawn, tail-selected
+    coordinates drawn from the tail, continuing `generator`."""
+    device = generator.device
     beyond &= ~tail  # body draws past the tail start: redrawn
     while bool(beyond.any()):
         z[beyond] = torch.randn(int(beyond.sum()), generator=generator, dtype=torch.float64,
@@ -139,9 +147,34 @@ def gaussian_tail(count: int, generator: torch.Generator) -> torch.Tensor:
     return _with_signs(depth, words[UNIFORM_WORDS])
 
 
+def stacked_standard_gaussian(generators: list[torch.Generator], width: int) -> torch.Tensor:
+    """(T, width): row t is `standard_gaussian((width,), generators[t])`, draw for draw; the
+    per-row draws are torch's, the rest is one tensor program over the stack."""
+    z, u = (torch.empty((len(generators), width), dtype=torch.float64,
+                        device=generators[0].device) for _ in range(2))  # fmt: skip
+    for t, generator in enumerate(generators):
+        torch.randn((width,), generator=generator, dtype=torch.float64, out=z[t])
+        torch.rand((width,), generator=generator, dtype=torch.float64, out=u[t])
+    tail, beyond = u < TAIL_MASS, z.abs() > TAIL_START
+    flagged = (beyond | tail).any(dim=1)
+    if bool(flagged.any()):
+        for t in flagged.nonzero().flatten().tolist():
+            z[t] = _rare_draws(z[t], tail[t], beyond[t], generators[t])
+    return z
+
+
 def standard_laplace(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """float64 Laplace(0, 1): a sign times an exponential (-log of a fine uniform)."""
     words = _words(UNIFORM_WORDS + 1, shape, generator)
+    return _with_signs(_fine(words).log_().neg_(), words[UNIFORM_WORDS])
+
+
+def stacked_standard_laplace(generators: list[torch.Generator], width: int) -> torch.Tensor:
+    """(T, width): row t is `standard_laplace((width,), generators[t])`, draw for draw."""
+    words = torch.empty((UNIFORM_WORDS + 1, len(generators), width), dtype=torch.float64,
+                        device=generators[0].device)  # fmt: skip
+    for t, generator in enumerate(generators):
+        words[:, t] = _words(UNIFORM_WORDS + 1, (width,), generator)
     return _with_signs(_fine(words).log_().neg_(), words[UNIFORM_WORDS])
 
 
@@ -227,6 +260,25 @@ def noisy_sums(kind: Kind, noise: NoiseSource, sums: list, multiplier: float, se
     pieces = draw(flat, multiplier, sensitivity, records).split([p.numel() for p in parts])
     noisy = [_like(piece.view(s.shape), s) for piece, s in zip(pieces, sums, strict=True)]
     return _release(kind, sums, noisy)
+
+
+def stacked_noisy_sums(kind: Kind, sources: list[NoiseSource], sums: list[torch.Tensor],
+                       multiplier: float, sensitivity: float,
+                       records: list[int]) -> list[torch.Tensor]:  # fmt: skip
+    """T releases at once: trial t's release of the concatenated `[s[t] for s in sums]`
+    (each sum stacked on a leading trial axis) from `sources[t]`, equal to `noisy_sums` of
+    that trial alone. Float samplers draw each trial's noise from its own stream and add it in
+    one tensor program; other sources (or an installed observer) go trial by trial."""
+    n_trials = len(sources)
+    if _observer is not None or not all(isinstance(x, FloatNoise) for x in sources):
+        per_trial = [noisy_sums(kind, source, [s[t] for s in sums], multiplier, sensitivity,
+                                records[t]) for t, source in enumerate(sources)]  # fmt: skip
+        return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
+    flat = torch.cat([s.reshape(n_trials, -1).double() for s in sums], dim=1)
+    draw = stacked_standard_gaussian if kind == "gaussian" else stacked_standard_laplace
+    noise = draw([x.generator for x in sources], flat.shape[1])
+    noisy = (flat + noise.mul_(multiplier * sensitivity)).split([s[0].numel() for s in sums], 1)
+    return [piece.reshape(s.shape).to(s.dtype) for piece, s in zip(noisy, sums, strict=True)]
 
 
 def _like(value: torch.Tensor, like: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:

@@ -273,16 +273,26 @@ class GaussianSum:
         noisy = self.release(exact, len(contributions), batch)
         return [_as_dtype(v, contributions.dtype) for v in noisy] if self.secure else noisy
 
+    @property
+    def sensitivity(self) -> float:
+        return self.clip * self.session.substitution_factor(2.0)
+
     def release(self, exact: list[Array], records: int, batch: Batch | None) -> list[Array]:
-        """The noisy release of `exact`, a clipped sum over `records` records (clipped by
-        `__call__`, or by a stacked program's one pass over several trials' mechanisms)."""
-        session = self.session
-        sensitivity = self.clip * session.substitution_factor(2.0)
-        if not session._check_noise(self.label, self.noise_multiplier, sensitivity):
+        """The noisy release of `exact`, a clipped sum over `records` records."""
+        noise = self.record(batch, _device(exact[0]))
+        if noise is None:
             return exact
+        return noisy_sums("gaussian", noise, exact, self.noise_multiplier, self.sensitivity,
+                          records)  # fmt: skip
+
+    def record(self, batch: Batch | None, device: torch.device) -> NoiseSource | None:
+        """Check and record one release (refused beyond the plan, before any noise is drawn):
+        the noise source to draw it from on `device`, None in a non-private session."""
+        session = self.session
+        if not session._check_noise(self.label, self.noise_multiplier, self.sensitivity):
+            return None
         session._record(self.label, self._event, batch, self.group)
-        noise = session.noise(self.label, self.group, _device(exact[0]))
-        return noisy_sums("gaussian", noise, exact, self.noise_multiplier, sensitivity, records)
+        return session.noise(self.label, self.group, device)
 
 
 class GaussianCounts:
@@ -333,15 +343,23 @@ class LaplaceHistogram:
             check_l1_rows(self.label, rows)
         return self.release(hist, len(rows), batch).to(rows.dtype)
 
+    @property
+    def sensitivity(self) -> float:
+        return self.session.substitution_factor(2.0)
+
     def release(self, hist: torch.Tensor, records: int, batch: Batch | None) -> torch.Tensor:
-        """The noisy release of `hist`, summed over `records` rows whose l1 norms were checked
-        (by `__call__`, or by a stacked program over several trials' mechanisms)."""
-        sensitivity = self.session.substitution_factor(2.0)
-        if not self.session._check_noise(self.label, self.scale, sensitivity):
+        """The noisy release of `hist`, summed over `records` rows whose l1 norms were checked."""
+        noise = self.record(batch, hist.device)
+        if noise is None:
             return hist
+        return noisy_sums("laplace", noise, [hist], self.scale, self.sensitivity, records)[0]
+
+    def record(self, batch: Batch | None, device: torch.device) -> NoiseSource | None:
+        """As `GaussianSum.record`."""
+        if not self.session._check_noise(self.label, self.scale, self.sensitivity):
+            return None
         self.session._record(self.label, self._event, batch, None)
-        noise = self.session.noise(self.label, None, hist.device)
-        return noisy_sums("laplace", noise, [hist], self.scale, sensitivity, records)[0]
+        return self.session.noise(self.label, None, device)
 
 
 def check_l1_rows(label: str, rows: torch.Tensor) -> None:

@@ -16,22 +16,35 @@ from __future__ import annotations
 import torch
 
 from fairbench.privacy.contributions import StackedOuterProducts, clipped_sum
+from fairbench.privacy.noise import stacked_noisy_sums
 from fairbench.privacy.session import Batch, GaussianSum, LaplaceHistogram, check_l1_rows
+
+
+def _plain(mechanisms: list, kind: type, parameters: tuple[str, ...]) -> bool:
+    """Every mechanism is the session's own `kind` with float noise, and all share their
+    parameters and privacy: the stack can be released in one pass."""
+    first = mechanisms[0]
+    return all(type(m) is kind and not m.secure and m.session.private == first.session.private
+               and all(getattr(m, p) == getattr(first, p) for p in parameters)
+               for m in mechanisms)  # fmt: skip
 
 
 def gaussian_sums(mechanisms: list, contributions, batches: list[Batch]) -> list[torch.Tensor]:
     """Trial t's noisy clipped sum of `contributions.trial(t)` from `mechanisms[t]`, each part
     stacked on a leading trial axis ([(T, K, d), (T, K)] for outer products)."""
     first = mechanisms[0]
-    plain = isinstance(contributions, StackedOuterProducts) and all(
-        type(m) is GaussianSum and m.clip == first.clip and not m.secure for m in mechanisms)
-    if plain:
-        exact = clipped_sum(contributions, first.clip)
-        per_trial = [m.release([part[t] for part in exact], contributions.sizes[t], batches[t])
-                     for t, m in enumerate(mechanisms)]  # fmt: skip
-    else:
+    plain = isinstance(contributions, StackedOuterProducts) and _plain(
+        mechanisms, GaussianSum, ("clip", "sensitivity", "noise_multiplier")
+    )
+    if not plain:
         per_trial = [m(contributions.trial(t), batches[t]) for t, m in enumerate(mechanisms)]
-    return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
+        return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
+    exact = clipped_sum(contributions, first.clip)
+    sources = [m.record(b, exact[0].device) for m, b in zip(mechanisms, batches, strict=True)]
+    if sources[0] is None:  # non-private trials: exact sums
+        return exact
+    return stacked_noisy_sums("gaussian", sources, exact, first.noise_multiplier,
+                              first.sensitivity, contributions.sizes)  # fmt: skip
 
 
 def laplace_histograms(
@@ -46,15 +59,19 @@ def laplace_histograms(
     into `n_parts` parts by `parts` (T, B); padding rows (beyond `sizes[t]`) must be zero.
     Returns (T, n_parts, K)."""
     n_trials, width = rows.shape[0], rows.shape[-1]
-    plain = all(type(m) is LaplaceHistogram and not m.secure for m in mechanisms)
-    if not plain:
+    first = mechanisms[0]
+    if not _plain(mechanisms, LaplaceHistogram, ("scale", "sensitivity")):
         return torch.stack([m(rows[t, :size], parts[t, :size], n_parts, batches[t])
-                            for t, (m, size) in enumerate(zip(mechanisms, sizes, strict=True))])
-    if any(m.session.private for m in mechanisms):
-        check_l1_rows(mechanisms[0].label, rows)
+                            for t, (m, size) in enumerate(zip(mechanisms, sizes, strict=True))
+                            ])  # fmt: skip
+    if first.session.private:
+        check_l1_rows(first.label, rows)
     offsets = torch.arange(n_trials, device=rows.device).unsqueeze(1) * n_parts
     hist = torch.zeros((n_trials * n_parts, width), dtype=rows.dtype, device=rows.device)
     hist.index_add_(0, (parts + offsets).reshape(-1), rows.reshape(-1, width))
     hist = hist.view(n_trials, n_parts, width)
-    return torch.stack([m.release(hist[t], sizes[t], batches[t]).to(rows.dtype)
-                        for t, m in enumerate(mechanisms)])  # fmt: skip
+    sources = [m.record(b, rows.device) for m, b in zip(mechanisms, batches, strict=True)]
+    if sources[0] is None:
+        return hist
+    return stacked_noisy_sums("laplace", sources, [hist], first.scale, first.sensitivity,
+                              sizes)[0]  # fmt: skip
