@@ -66,9 +66,10 @@ class UndeclaredRelease(DPSGD):
         counts = trial.session.gaussian_counts("label counts", 50.0)
         y = torch.as_tensor(trial.task.train.y)
 
-        def leaky(batches):
-            program.step(batches)
-            counts(y.index_select(0, batches[0].indices), 2, batches[0])
+        def leaky(round_):
+            program.step(round_)
+            (batch,) = round_.batches
+            counts(y.index_select(0, batch.indices), 2, batch)
 
         return dataclasses.replace(program, step=leaky)
 

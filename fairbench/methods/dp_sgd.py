@@ -40,8 +40,8 @@ from fairbench.models.grad_sample import CrossEntropy
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import Batch, PrivacySession
-from fairbench.privacy.stacked import gaussian_sums
+from fairbench.privacy.session import PrivacySession
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums
 from fairbench.task import Task
 
 LABEL = "dp-sgd: clipped gradient sum"
@@ -91,8 +91,9 @@ class DPSGD(Method):
                 for t in trials]  # fmt: skip
         step_size = hp.lr / expected_batch(schedule, data.n)
 
-        def step(batches: list[Batch]) -> None:
-            rows = data.gather(batches)
+        def step(round_: StackedBatches) -> None:
+            batches = round_.batches
+            rows = data.gather(round_)
             x = rows.rows(data.x)
             loss = CrossEntropy(rows.rows(data.y))
             logits = stack.logits(x)

@@ -37,6 +37,7 @@ from fairbench.privacy import (
 )
 from fairbench.privacy.accountant import PLAIN, StepShape, at_search_bound
 from fairbench.privacy.session import Batch, PrivacyNotion, PrivacySession
+from fairbench.privacy.stacked import StackedBatches, poisson_rounds
 from fairbench.task import Task
 
 
@@ -174,14 +175,14 @@ class StackedProgram:
 
     models: list[nn.Module]
     schedule: Schedule
-    step: Callable[[list[Batch]], None]
+    step: Callable[[StackedBatches], None]
     report: Callable[[], list[dict[str, Any]]]
 
 
 class StackedData:
     """The trials' training tensors on one device, each distinct task (split) once, and the
-    gather of T Poisson batches into one block: rows (T, B, ...) with B the largest batch,
-    shorter batches padded (`mask` False; None when nothing is padded)."""
+    gather of a round of T Poisson batches into one block: rows (T, B, ...) with B the largest
+    batch, shorter batches padded (`mask` False; None when nothing is padded)."""
 
     def __init__(self, tasks: list[Task], device: torch.device) -> None:
         distinct: dict[int, int] = {}
@@ -202,18 +203,12 @@ class StackedData:
         stacked = np.concatenate([values(task) for task in self.tasks])
         return torch.as_tensor(stacked, dtype=dtype, device=self.device)
 
-    def gather(self, batches: list[Batch]) -> Gathered:
-        sizes = [len(b.indices) for b in batches]
-        if len(batches) == 1:
-            return Gathered(batches[0].indices.unsqueeze(0) + self.offsets[0], None, sizes)
+    def gather(self, round_: StackedBatches) -> Gathered:
+        """The round's batches as rows of this data (each trial's rows of its own task)."""
+        if len(self.tasks) == 1:
+            return Gathered(round_.index, round_.mask, round_.sizes)
         offsets = torch.tensor(self.offsets, device=self.device).unsqueeze(1)
-        index = torch.nn.utils.rnn.pad_sequence([b.indices for b in batches], batch_first=True)
-        width = index.shape[1]
-        mask = None
-        if min(sizes) < width:
-            size = torch.tensor(sizes, device=self.device).unsqueeze(1)
-            mask = torch.arange(width, device=self.device).unsqueeze(0) < size
-        return Gathered(index + offsets, mask, sizes)
+        return Gathered(round_.index + offsets, round_.mask, round_.sizes)
 
 
 @dataclass(frozen=True)
@@ -259,18 +254,18 @@ def run_stacked(
     """Submit `plan` to every trial's session, then run `program.step` on `steps` (default:
     the schedule's) rounds of the trials' own Poisson batches."""
     schedule = program.schedule
-    n = len(trials[0].task.train)
-    draws = []
     for trial in trials:
         trial.session.submit_plan(plan, notion)
-        draws.append(trial.session.poisson(n, schedule.sampling_rate))
+    sessions = [t.session for t in trials]
+    next_round = poisson_rounds(sessions, len(trials[0].task.train), schedule.sampling_rate)
     for _ in range(schedule.steps if steps is None else steps):
-        program.step([draw() for draw in draws])
+        program.step(next_round())
 
 
 def one_stacked_step(trial: Trial, program: StackedProgram, plan: PrivacyLedger
                      ) -> Callable[[], None]:  # fmt: skip
     """`fairbench bench`'s view of a one-trial stacked program: each call runs one step."""
     trial.session.submit_plan(plan)
-    draw = trial.session.poisson(len(trial.task.train), program.schedule.sampling_rate)
-    return lambda: program.step([draw()])
+    next_round = poisson_rounds([trial.session], len(trial.task.train),
+                                program.schedule.sampling_rate)  # fmt: skip
+    return lambda: program.step(next_round())

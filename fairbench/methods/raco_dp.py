@@ -82,8 +82,8 @@ from fairbench.methods.knob import Direction, Knob
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import Batch, PrivacySession
-from fairbench.privacy.stacked import gaussian_sums, laplace_histograms
+from fairbench.privacy.session import PrivacySession
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums, laplace_histograms
 from fairbench.task import Task
 
 
@@ -240,9 +240,10 @@ class SGDA(Method):
         lam = torch.zeros((len(trials), sets[0].n_constraints), device=dev)
         scale = expected_batch(schedule, data.n)  # r|D|
 
-        def step(batches: list[Batch]) -> None:
+        def step(round_: StackedBatches) -> None:
+            batches = round_.batches
             nonlocal lam
-            rows = data.gather(batches)
+            rows = data.gather(round_)
             xb, yb, pb = rows.rows(data.x), rows.rows(data.y), rows.rows(part)
             logits = stack.logits(xb)
             soft = torch.softmax(hp.temperature * logits, dim=-1)

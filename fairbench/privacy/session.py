@@ -174,12 +174,12 @@ class PrivacySession:
         """Poisson batches (each record independently with probability `rate`), the sampling
         the accountant amplifies by; batches are numbered so releases can name theirs."""
         draw = poisson_batches(n, rate, self.stream("sampling"), self.device)
+        return lambda: self.numbered(draw(), rate)
 
-        def next_batch() -> Batch:
-            self._rounds += 1
-            return Batch(draw(), rate, self._rounds)
-
-        return next_batch
+    def numbered(self, indices: torch.Tensor, rate: float) -> Batch:
+        """The session's next Poisson round, of `indices` drawn from its "sampling" stream."""
+        self._rounds += 1
+        return Batch(indices, rate, self._rounds)
 
     def shuffled(self, n: int, batch_size: int) -> Callable[[], Batch]:
         """Batches from a fresh permutation each epoch: non-private trials only (shuffling

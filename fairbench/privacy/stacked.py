@@ -13,11 +13,49 @@ reference semantics the fast path is tested against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from fairbench.privacy.contributions import StackedOuterProducts, clipped_sum
 from fairbench.privacy.noise import stacked_noisy_sums
-from fairbench.privacy.session import Batch, GaussianSum, LaplaceHistogram, check_l1_rows
+from fairbench.privacy.sampling import stacked_poisson_batches
+from fairbench.privacy.session import (
+    Batch,
+    GaussianSum,
+    LaplaceHistogram,
+    PrivacySession,
+    check_l1_rows,
+)
+
+
+@dataclass(frozen=True)
+class StackedBatches:
+    """One round of T trials' Poisson batches: each trial's `Batch` (numbered by its own
+    session) and their indices as one block: `index` (T, W), trial t's batch in the first
+    `sizes[t]` entries of its row, zeros after (`mask` marks real entries; None: no padding)."""
+
+    batches: list[Batch]
+    index: torch.Tensor
+    mask: torch.Tensor | None
+    sizes: list[int]
+
+
+def poisson_rounds(sessions: list[PrivacySession], n: int, rate: float
+                   ) -> Callable[[], StackedBatches]:  # fmt: skip
+    """Each session's Poisson batches from its own "sampling" stream (as `session.poisson`
+    draws them), drawn together."""
+    device = sessions[0].device
+    draw = stacked_poisson_batches(n, rate, [s.stream("sampling") for s in sessions], device)
+
+    def next_round() -> StackedBatches:
+        index, mask, sizes = draw()
+        batches = [s.numbered(index[t, :size], rate)
+                   for t, (s, size) in enumerate(zip(sessions, sizes, strict=True))]  # fmt: skip
+        return StackedBatches(batches, index, mask, sizes)
+
+    return next_round
 
 
 def _plain(mechanisms: list, kind: type, parameters: tuple[str, ...]) -> bool:
