@@ -98,14 +98,18 @@ def test_work_units_stack_only_what_may_share_a_program():
               for k in (0.05, 0.1) for e in (1.0, 3.0)]
              + [spec("cgoo", s, 0.05, iterations=3) for s in range(2)]
              + [spec("dp-sgd", s, None, 1.0, model="mlp") for s in range(2)])  # fmt: skip
-    units = work_units(specs, workers=2)
+    units = work_units(specs)
     assert sorted(s.trial_id for u in units for s in u) == sorted(s.trial_id for s in specs)
     stacks = [u for u in units if len(u) > 1]
-    assert len(stacks) == 4 and all(len(u) == 3 for u in stacks)  # 6 per epsilon, 2 workers
+    assert [len(u) for u in stacks] == [6, 6] and [u[0].epsilon for u in stacks] == [3.0, 1.0]
     assert all(len({s.stack_key for s in u}) == 1 for u in stacks)
-    assert [u[0].epsilon for u in stacks] == [3.0, 3.0, 1.0, 1.0]  # larger epsilon first
     assert all(u[0].method == "raco-dp" for u in stacks)  # cgoo and the mlp run alone
-    assert len(work_units(specs[:12], workers=1, max_stack=4)) == 4
+    assert [len(u) for u in work_units(specs[:12], max_stack=4)] == [3, 3, 3, 3]
+    # the stacks are the config's: a shuffled grid gives the same ones
+    def ids(found):
+        return sorted(tuple(s.trial_id for s in u) for u in found)
+
+    assert ids(work_units(list(reversed(specs)))) == ids(units)
 
 
 def test_the_runner_stores_a_stack_as_the_trials_alone():

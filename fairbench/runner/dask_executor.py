@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 from fairbench.errors import ConfigError
 from fairbench.rundir.row import TrialRow
-from fairbench.runner.stacking import work_units
 from fairbench.runner.trial import TrialSpec
 from fairbench.runner.worker import run_units
 
@@ -30,12 +29,12 @@ def bundles(units: list[list[TrialSpec]], workers: int) -> list[list[list[TrialS
 
 
 def run_on_dask(
-    pending: list[TrialSpec],
+    units: list[list[TrialSpec]],
     workers: int,
     record: Callable[[TrialSpec, TrialRow | None, str | None], None],
     scheduler: str | None = None,
 ) -> None:
-    """Run `pending` on the cluster at `scheduler` (a `LocalCluster` of `workers` single-
+    """Run the work `units` on the cluster at `scheduler` (a `LocalCluster` of `workers` single-
     threaded processes when None), recording each trial as its bundle returns."""
     try:
         from distributed import Client, LocalCluster, as_completed
@@ -51,7 +50,6 @@ def run_on_dask(
     client = Client(scheduler or cluster)
     try:
         n_workers = max(1, len(client.scheduler_info()["workers"]))
-        units = work_units(pending, n_workers)
         futures = client.map(run_units, bundles(units, n_workers), pure=False)
         for future in as_completed(futures):
             for spec, result, error in future.result():

@@ -106,6 +106,9 @@ def execute(
     try:
         finished = store.done_ids()
         pending = [s for s in specs if s.trial_id not in finished]
+        # whole stacks run again where one of their trials is pending, so that a trial's
+        # stack-mates, hence its numbers, never depend on what an earlier run finished
+        units = [u for u in work_units(specs) if any(s.trial_id not in finished for s in u)]
         failed: list[tuple[str, str]] = []
         progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -120,6 +123,8 @@ def execute(
             bar = progress.add_task("trials", total=len(pending))
 
             def record(spec: TrialSpec, result: TrialRow | None, error: str | None) -> None:
+                if spec.trial_id in finished:  # a stack-mate stored by an earlier run
+                    return
                 if result is not None:
                     store.record_done(spec.trial_id, asdict(spec), result.to_record())
                 else:
@@ -130,13 +135,13 @@ def execute(
             if executor == "dask":
                 from fairbench.runner.dask_executor import run_on_dask
 
-                run_on_dask(pending, workers, record, scheduler)
-            elif workers <= 1 or len(pending) <= 1:
-                for unit in work_units(pending):
+                run_on_dask(units, workers, record, scheduler)
+            elif workers <= 1 or len(units) <= 1:
+                for unit in units:
                     for spec, result, error in run_unit(unit):
                         record(spec, result, error)
             else:
-                _run_pool(work_units(pending, workers), workers, record)
+                _run_pool(units, workers, record)
         return RunSummary(len(specs), len(specs) - len(pending), len(pending) - len(failed), failed)
     finally:
         store.close()

@@ -1,11 +1,14 @@
 """Which trials train together: trials that differ only in seed and knob value, of a method
 that stacks (`Method.stackable`), run as one stacked program (`runner.trial.run_stack`).
 
-A run's pending trials become work units: stacks of at most `MAX_STACK` trials (bounded so
-that a stack's training sets, one per seed, fit in memory), split so that each worker gets
-at least one where there are enough, and ordered largest first, larger epsilon first (a
-method calibrated by its step count runs more steps there), so that long units start early.
-Every other trial is a unit of its own.
+A trial's numbers depend on its stack-mates within float32 reduction order (padding and
+batched matrix products sum in another order), so stacks are a function of the config alone:
+every trial of the config, grouped, sorted by (seed, knob) and cut into balanced pieces of at
+most `MAX_STACK` (bounded so that a stack's training sets, one per seed, fit in memory). The
+worker count, a resume, or the executor never change them, so a run gives the same numbers
+however it is run. Units are ordered largest first, larger epsilon first (a method calibrated
+by its step count runs more steps there), so that long units start early. Every other trial
+is a unit of its own.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ def stackable(spec: TrialSpec) -> bool:
     return _stackable(spec.method, json.dumps(spec.hparams, sort_keys=True))
 
 
-def work_units(specs: list[TrialSpec], workers: int = 1,
-               max_stack: int = MAX_STACK) -> list[list[TrialSpec]]:  # fmt: skip
-    """The trials as units of work (see the module docstring)."""
+def work_units(specs: list[TrialSpec], max_stack: int = MAX_STACK) -> list[list[TrialSpec]]:
+    """The trials as units of work (see the module docstring): pass every trial of the run,
+    done or not, so that the stacks are the config's."""
     groups: dict[str, list[TrialSpec]] = {}
     for spec in specs:
         key = spec.stack_key if stackable(spec) else spec.trial_id
@@ -43,8 +46,7 @@ def work_units(specs: list[TrialSpec], workers: int = 1,
     units: list[list[TrialSpec]] = []
     for members in groups.values():
         members.sort(key=lambda s: (s.seed, -math.inf if s.knob is None else s.knob))
-        pieces = max(math.ceil(len(members) / max_stack), min(workers, len(members)))
-        size = math.ceil(len(members) / pieces)
+        size = math.ceil(len(members) / math.ceil(len(members) / max_stack))
         units += [members[i : i + size] for i in range(0, len(members), size)]
     units.sort(key=lambda u: (-len(u), -(u[0].epsilon or 0.0)))
     return units
