@@ -105,6 +105,7 @@ def test_work_units_stack_only_what_may_share_a_program():
     assert all(len({s.stack_key for s in u}) == 1 for u in stacks)
     assert all(u[0].method == "raco-dp" for u in stacks)  # cgoo and the mlp run alone
     assert [len(u) for u in work_units(specs[:12], max_stack=4)] == [3, 3, 3, 3]
+
     # the stacks are the config's: a shuffled grid gives the same ones
     def ids(found):
         return sorted(tuple(s.trial_id for s in u) for u in found)
