@@ -79,6 +79,7 @@ from fairbench.methods.engine import (
     uncalibrated,
 )
 from fairbench.methods.knob import Direction, Knob
+from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
@@ -91,7 +92,7 @@ def rate_contributions(soft: torch.Tensor, logits: torch.Tensor, hard: bool) -> 
     """What each record adds to the histogram: its tempered softmax `soft` (soft rates) or the
     one-hot of its argmax (hard-rate dual). Either way a vector of l1 norm 1."""
     if hard:
-        return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+        return one_hot(logits.argmax(dim=-1), logits.shape[-1], logits.dtype)
     return soft
 
 
@@ -118,9 +119,9 @@ class RateLagrangian:
 
     def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
         """softmax(z) − onehot(y) + tau · s ⊙ (c − <c, s>), with s = softmax(tau z)."""
-        soft = torch.softmax(self.tau * logits, dim=-1) if self.soft is None else self.soft
-        grad = soft if self.tau == 1.0 else torch.softmax(logits, dim=-1)
-        grad = grad - F.one_hot(self.y, logits.shape[-1]).to(logits.dtype)
+        soft = class_softmax(self.tau * logits) if self.soft is None else self.soft
+        grad = soft if self.tau == 1.0 else class_softmax(logits)
+        grad = grad - one_hot(self.y, logits.shape[-1], logits.dtype)
         centred = self.coef - (self.coef * soft).sum(dim=-1, keepdim=True)
         return grad + self.tau * soft * centred
 
@@ -246,7 +247,7 @@ class SGDA(Method):
             rows = data.gather(round_)
             xb, yb, pb = rows.rows(data.x), rows.rows(data.y), rows.rows(part)
             logits = stack.logits(xb)
-            soft = torch.softmax(hp.temperature * logits, dim=-1)
+            soft = class_softmax(hp.temperature * logits)
             contrib = rows.masked(rate_contributions(soft, logits, hard))
             hist = laplace_histograms(histograms, contrib, pb, n_parts, rows.sizes, batches)
             sizes = rates.sizes(hist, hp.min_count)
