@@ -183,7 +183,8 @@ class Method(ABC):
         session: PrivacySession | None = None,
     ) -> Fitted:
         """Train on `task.train` only (validation and test are the runner's business). The
-        returned ledger is what `session` recorded, checked against the method's plan."""
+        returned ledger is what `session` recorded, checked against the method's plan; the
+        conditions the device recorded during training (`privacy.sync`) are checked too."""
         if self.private and privacy is None:
             raise ConfigError(f"method {self.name} is private: give it a target epsilon")
         if session is None:
@@ -191,6 +192,7 @@ class Method(ABC):
                                      else None)  # fmt: skip
         try:
             fitted = self.train(task, fairness, session)
+            session.checks.verify()  # what the device recorded during training, read once
         except PrivacyContractError as refused:  # a draw outside the plan: name the method
             raise PrivacyContractError(f"method {self.name}: {refused}") from None
         fitted.ledger, fitted.plan = session.ledger(), session.plan

@@ -63,6 +63,7 @@ from fairbench.privacy.noise import (
 )
 from fairbench.privacy.pld import SubstitutionSampledDpEvent
 from fairbench.privacy.sampling import poisson_batches, shuffled_batches
+from fairbench.privacy.sync import DeviceChecks, host_reads_free
 from fairbench.streams import numpy_stream, torch_stream
 
 L1_ROUNDING = 1e-6  # a float32 softmax row sums to 1 within this
@@ -120,6 +121,7 @@ class PrivacySession:
         self._rounds = 0
         self._allowance: Counter[tuple] = Counter()
         self._drawn: Counter[tuple] = Counter()
+        self.checks = DeviceChecks()  # read once after training (`privacy.sync`)
         if self.budget is None:
             self.notion = PrivacyNotion.NONE
 
@@ -172,7 +174,7 @@ class PrivacySession:
     def poisson(self, n: int, rate: float) -> Callable[[], Batch]:
         """Poisson batches (each record independently with probability `rate`), the sampling
         the accountant amplifies by; batches are numbered so releases can name theirs."""
-        draw = poisson_batches(n, rate, self.stream("sampling"), self.device)
+        draw = poisson_batches(n, rate, self.stream("sampling"), self.device, self.checks)
 
         def next_batch() -> Batch:
             self._rounds += 1
@@ -310,15 +312,22 @@ class LaplaceHistogram:
         sensitivity = self.session.substitution_factor(2.0)
         if not self.session._check_noise(self.label, self.scale, sensitivity):
             return hist
-        if len(rows) and float(rows.abs().sum(dim=1).max()) > 1 + L1_ROUNDING:
-            raise PrivacyContractError(
-                f"release {self.label!r}: a histogram row has l1 norm above 1; its sensitivity "
-                "would exceed the declared one"
-            )
+        if len(rows):  # on a device, refused after training (`privacy.sync`), before storage
+            too_long = rows.abs().sum(dim=1).max().double() > 1 + L1_ROUNDING
+            if not host_reads_free(rows.device):
+                self.session.checks.fail_if(self.label, too_long, self._too_long)
+            elif too_long:
+                raise self._too_long()
         self.session._record(self.label, dp_event.LaplaceDpEvent(self.scale), batch, None)
         noise = self.session.noise(self.label, None, rows.device)
         noisy = noisy_sums("laplace", noise, [hist], self.scale, sensitivity, len(rows))[0]
         return noisy.to(rows.dtype)
+
+    def _too_long(self) -> PrivacyContractError:
+        return PrivacyContractError(
+            f"release {self.label!r}: a histogram row has l1 norm above 1; its sensitivity "
+            "would exceed the declared one"
+        )
 
 
 class GaussianGram:
