@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from fairbench.cli.common import console, key_values
+from fairbench.cli.common import console, err_console, key_values
 from fairbench.errors import ConfigError
 
 
@@ -56,7 +56,7 @@ def bench(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     batch_size: int = 512,
     rounds: Annotated[int, typer.Option(min=1)] = 60,
-    device: str = "cpu",
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto (cuda when present)")] = "cpu",
     out: Annotated[
         Path | None, typer.Option(help="also write step_time.json/.csv/.md into this folder")
     ] = None,
@@ -74,9 +74,10 @@ def bench(
         _bench_figure(figure, out, workers, as_json)
         return
 
+    device = _bench_device(device)
     result = step_times(batch_size=batch_size, rounds=rounds, device=device)
     if fits:
-        result["fit_seconds"] = fit_times()
+        result["fit_seconds"] = fit_times(device=device)
     if out is not None:
         write_step_table(result, out)
     if as_json:
@@ -95,6 +96,23 @@ def bench(
         console.print(f"one {name} trial (defaults, ε = 1): {seconds:.1f} s")
     if result["ratio_to_published"]:
         console.print("published code: per-step times measured in the RaCO-DP paper (Table 2)")
+
+
+def _bench_device(device: str) -> str:
+    """`--device` resolved to the device the steps run on: `auto` falls back to the CPU with
+    a note (on stderr, so --json output stays JSON); `cuda` without one is a ConfigError."""
+    import torch
+
+    from fairbench.methods.base import resolve_device
+
+    if device not in ("cpu", "cuda", "auto"):
+        raise ConfigError(f"--device {device!r}: choose cpu, cuda or auto")
+    resolved = resolve_device(device).type
+    if device == "auto" and resolved == "cpu":
+        why = "torch has no CUDA support" if torch.version.cuda is None else "no CUDA device"
+        err_console.print(f"note: --device auto: {why} here, timing on the CPU",
+                          highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+    return resolved
 
 
 def _bench_figure(figure: str, out: Path | None, workers: int | None, as_json: bool) -> None:

@@ -21,38 +21,69 @@ rate between groups, the suite's metric), `smoothed_equalized_odds` (Definition 
 maximum, parameter eta, over group pairs of the gaps in true- and false-positive rate; the
 paper's inner max is folded into the smooth maximum, and |.| keeps its subgradient), and
 `bounded_group_loss` (largest group error rate).
+
+Everything is torch, so CGOO plays its game on the trial's device: values are 0-dim tensors
+and no value is read on the host (maxima and argmaxima enter as one-hot weights, loops run
+over the groups, which are known, never over data). Given numpy statistics, the same
+functions return numpy gradients and float values (tests, notebooks); `statistics` is numpy.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 NEG, POS = 0, 1
 GMEAN_FLOOR = 1e-6  # keeps -sqrt(TPR TNR) Lipschitz where a rate reaches 0
+
+
+def _tensor(array: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """numpy as float64 torch (on the CPU); torch as it is."""
+    if isinstance(array, np.ndarray):
+        return torch.from_numpy(np.asarray(array, dtype=np.float64))
+    return array
 
 
 @dataclass(frozen=True)
 class Sizes:
     """Fractions of records per group and label: positives[a], negatives[a] (each over n)."""
 
-    positives: np.ndarray
-    negatives: np.ndarray
+    positives: torch.Tensor
+    negatives: torch.Tensor
 
     @classmethod
-    def of(cls, stats: np.ndarray, floor: float = 1e-12) -> Sizes:
+    def of(cls, stats: np.ndarray | torch.Tensor, floor: float = 1e-12) -> Sizes:
         """From a statistics vector (noisy ones included; floored to stay positive)."""
-        return cls(np.maximum(stats[:, POS].sum(axis=1), floor),
-                   np.maximum(stats[:, NEG].sum(axis=1), floor))  # fmt: skip
+        stats = _tensor(stats)
+        return cls(stats[:, POS].sum(dim=1).clamp(min=floor),
+                   stats[:, NEG].sum(dim=1).clamp(min=floor))  # fmt: skip
 
     @property
-    def groups(self) -> np.ndarray:
+    def groups(self) -> torch.Tensor:
         return self.positives + self.negatives
 
 
-Objective = Callable[[np.ndarray, Sizes], tuple[float, np.ndarray]]  # (value, gradient)
+# (value, gradient); numpy statistics give (float, numpy gradient)
+Objective = Callable[[torch.Tensor, Sizes], tuple[torch.Tensor, torch.Tensor]]
+
+
+def numpy_compatible(fn: Callable) -> Callable:
+    """`fn` on torch statistics as it is; on numpy ones, converted in and out (floats for
+    0-dim results, numpy arrays for the rest)."""
+
+    @functools.wraps(fn)
+    def wrapper(stats, *args):
+        if not isinstance(stats, np.ndarray):
+            return fn(stats, *args)
+        out = fn(_tensor(stats), *args)
+        return tuple(float(v) if v.dim() == 0 else v.numpy() for v in out)
+
+    return wrapper
 
 
 def statistics(y: np.ndarray, s: np.ndarray, p_positive: np.ndarray, n_groups: int) -> np.ndarray:
@@ -63,65 +94,78 @@ def statistics(y: np.ndarray, s: np.ndarray, p_positive: np.ndarray, n_groups: i
     return stats / len(y)
 
 
-def error(stats: np.ndarray, sizes: Sizes) -> tuple[float, np.ndarray]:
-    grad = np.zeros_like(stats)
+def _one_hot(index: torch.Tensor, k: int, like: torch.Tensor) -> torch.Tensor:
+    """The indicator of a device-side index (an argmax) as weights: no host read."""
+    return F.one_hot(index, k).to(like.dtype)
+
+
+@numpy_compatible
+def error(stats: torch.Tensor, sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
+    grad = torch.zeros_like(stats)
     grad[:, NEG, POS] = grad[:, POS, NEG] = 1.0
-    return float((grad * stats).sum()), grad
+    return (grad * stats).sum(), grad
 
 
-def balanced_error(stats: np.ndarray, sizes: Sizes) -> tuple[float, np.ndarray]:
+@numpy_compatible
+def balanced_error(stats: torch.Tensor, sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
     """(FNR + FPR) / 2 over the whole population."""
-    grad = np.zeros_like(stats)
+    grad = torch.zeros_like(stats)
     grad[:, POS, NEG] = 0.5 / sizes.positives.sum()
     grad[:, NEG, POS] = 0.5 / sizes.negatives.sum()
-    return float((grad * stats).sum()), grad
+    return (grad * stats).sum(), grad
 
 
-def negative_gmean(stats: np.ndarray, sizes: Sizes) -> tuple[float, np.ndarray]:
+@numpy_compatible
+def negative_gmean(stats: torch.Tensor, sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
     """-sqrt(TPR * TNR), convex (the geometric mean is concave)."""
     p, q = sizes.positives.sum(), sizes.negatives.sum()
-    tpr = max(stats[:, POS, POS].sum() / p, GMEAN_FLOOR)
-    tnr = max(stats[:, NEG, NEG].sum() / q, GMEAN_FLOOR)
-    grad = np.zeros_like(stats)
-    grad[:, POS, POS] = -0.5 * np.sqrt(tnr / tpr) / p
-    grad[:, NEG, NEG] = -0.5 * np.sqrt(tpr / tnr) / q
-    return -float(np.sqrt(tpr * tnr)), grad
+    tpr = (stats[:, POS, POS].sum() / p).clamp(min=GMEAN_FLOOR)
+    tnr = (stats[:, NEG, NEG].sum() / q).clamp(min=GMEAN_FLOOR)
+    grad = torch.zeros_like(stats)
+    grad[:, POS, POS] = -0.5 * torch.sqrt(tnr / tpr) / p
+    grad[:, NEG, NEG] = -0.5 * torch.sqrt(tpr / tnr) / q
+    return -torch.sqrt(tpr * tnr), grad
 
 
 def demographic_parity(alpha: float) -> Objective:
-    def g(stats: np.ndarray, sizes: Sizes) -> tuple[float, np.ndarray]:
-        rates = stats[:, :, POS].sum(axis=1) / sizes.groups
-        hi, lo = int(np.argmax(rates)), int(np.argmin(rates))
-        grad = np.zeros_like(stats)
-        grad[hi, :, POS] += 1.0 / sizes.groups[hi]
-        grad[lo, :, POS] -= 1.0 / sizes.groups[lo]
-        return float(rates[hi] - rates[lo]) - alpha, grad
+    @numpy_compatible
+    def g(stats: torch.Tensor, sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
+        rates = stats[:, :, POS].sum(dim=1) / sizes.groups
+        k = len(rates)
+        hi = _one_hot(rates.argmax(), k, rates) / sizes.groups
+        lo = _one_hot(rates.argmin(), k, rates) / sizes.groups
+        grad = torch.zeros_like(stats)
+        grad[:, :, POS] = (hi - lo)[:, None]
+        return rates.max() - rates.min() - alpha, grad
 
     return g
 
 
 def bounded_group_loss(alpha: float) -> Objective:
-    def g(stats: np.ndarray, sizes: Sizes) -> tuple[float, np.ndarray]:
+    @numpy_compatible
+    def g(stats: torch.Tensor, sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
         errors = (stats[:, NEG, POS] + stats[:, POS, NEG]) / sizes.groups
-        worst = int(np.argmax(errors))
-        grad = np.zeros_like(stats)
-        grad[worst, NEG, POS] = grad[worst, POS, NEG] = 1.0 / sizes.groups[worst]
-        return float(errors[worst]) - alpha, grad
+        worst = _one_hot(errors.argmax(), len(errors), errors) / sizes.groups
+        grad = torch.zeros_like(stats)
+        grad[:, NEG, POS] = grad[:, POS, NEG] = worst
+        return errors.max() - alpha, grad
 
     return g
 
 
-def smooth_max(values: np.ndarray, eta: float) -> tuple[float, np.ndarray]:
+@numpy_compatible
+def smooth_max(values: torch.Tensor, eta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """smax_eta(v) = sum v_i e^(eta v_i) / sum e^(eta v_i) and its gradient
     e^(eta v_i) / sum_j e^(eta v_j) * (1 + eta (v_i - smax))."""
-    weights = np.exp(eta * (values - values.max()))
-    weights /= weights.sum()
-    value = float(weights @ values)
+    weights = torch.exp(eta * (values - values.max()))
+    weights = weights / weights.sum()
+    value = weights @ values
     return value, weights * (1.0 + eta * (values - value))
 
 
 def smoothed_equalized_odds(alpha: float, eta: float) -> Objective:
-    def g(stats: np.ndarray, sizes: Sizes) -> tuple[float, np.ndarray]:
+    @numpy_compatible
+    def g(stats: torch.Tensor, sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
         k = len(stats)
         tpr = stats[:, POS, POS] / sizes.positives
         fpr = stats[:, NEG, POS] / sizes.negatives
@@ -130,40 +174,47 @@ def smoothed_equalized_odds(alpha: float, eta: float) -> Objective:
             for b in range(a + 1, k):
                 terms.append((tpr[a] - tpr[b], POS, a, b))
                 terms.append((fpr[a] - fpr[b], NEG, a, b))
-        gaps = np.array([t[0] for t in terms])
-        value, weights = smooth_max(np.abs(gaps), eta)
-        grad = np.zeros_like(stats)
+        gaps = torch.stack([t[0] for t in terms])
+        value, weights = smooth_max(gaps.abs(), eta)
+        grad = torch.zeros_like(stats)
         for (gap, label, a, b), w in zip(terms, weights, strict=True):
             size = sizes.positives if label == POS else sizes.negatives
-            grad[a, label, POS] += w * np.sign(gap) / size[a]
-            grad[b, label, POS] -= w * np.sign(gap) / size[b]
+            grad[a, label, POS] += w * torch.sign(gap) / size[a]
+            grad[b, label, POS] -= w * torch.sign(gap) / size[b]
         return value - alpha, grad
 
     return g
 
 
-def cost_sensitive(costs: np.ndarray, y: np.ndarray, s: np.ndarray, n: int):
+def cost_sensitive(costs, y, s, n: int):
     """The linear subproblem min_c <costs, l(c, D)> as weighted classification: record i
     costs costs[s_i, y_i, p] / n for predicting p, so it is relabelled to its cheaper
     prediction z_i with weight |cost of 1 - cost of 0| / n. For every classifier,
-    <costs, l(c, D)> = sum_i min cost_i + sum_i w_i [c(x_i) != z_i]. Returns (z, w, offset)."""
+    <costs, l(c, D)> = sum_i min cost_i + sum_i w_i [c(x_i) != z_i]. Returns (z, w, offset):
+    torch for torch costs (y and s on their device), numpy for numpy ones."""
+    if isinstance(costs, np.ndarray):
+        z, w, offset = cost_sensitive(_tensor(costs), torch.as_tensor(y), torch.as_tensor(s), n)
+        return z.numpy(), w.numpy(), float(offset)
     own = costs[s, y] / n  # (records, 2): cost of predicting 0 and 1
-    z = (own[:, POS] < own[:, NEG]).astype(np.int64)
-    return z, np.abs(own[:, POS] - own[:, NEG]), float(own.min(axis=1).sum())
+    z = (own[:, POS] < own[:, NEG]).long()
+    return z, (own[:, POS] - own[:, NEG]).abs(), own.min(dim=1).values.sum()
 
 
-def constraint_pieces(name: str, alpha: float, stats: np.ndarray,
-                      sizes: Sizes) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def constraint_pieces(name: str, alpha: float, stats: torch.Tensor,
+                      sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """The linear pieces whose maximum is the (unsmoothed) constraint: (values (m,),
     gradients (m, groups, 2, 2)). Demographic parity: r_a - r_b - alpha for every ordered
     pair of groups; equalized odds: the same for true- and false-positive rates; bounded
     group loss: each group's error minus alpha. A multiplier per piece is what a Lagrangian
     player needs (a gap's sign flips, its pieces' do not)."""
+    if isinstance(stats, np.ndarray):
+        values, grads = constraint_pieces(name, alpha, _tensor(stats), sizes)
+        return values.numpy(), grads.numpy()
     k = len(stats)
-    values, grads = [], []
+    grads = []
 
-    def rate_grad(a: int, label: int | None) -> np.ndarray:
-        grad = np.zeros_like(stats)
+    def rate_grad(a: int, label: int | None) -> torch.Tensor:
+        grad = torch.zeros_like(stats)
         if label is None:
             grad[a, :, POS] = 1.0 / sizes.groups[a]
         else:
@@ -173,17 +224,12 @@ def constraint_pieces(name: str, alpha: float, stats: np.ndarray,
 
     if name == "bounded_group_loss":
         for a in range(k):
-            grad = np.zeros_like(stats)
+            grad = torch.zeros_like(stats)
             grad[a, NEG, POS] = grad[a, POS, NEG] = 1.0 / sizes.groups[a]
-            values.append(float((grad * stats).sum()) - alpha)
             grads.append(grad)
-        return np.array(values), np.stack(grads)
-    labels = [None] if name == "demographic_parity" else [POS, NEG]
-    for label in labels:
-        for a in range(k):
-            for b in range(k):
-                if a != b:
-                    grad = rate_grad(a, label) - rate_grad(b, label)
-                    values.append(float((grad * stats).sum()) - alpha)
-                    grads.append(grad)
-    return np.array(values), np.stack(grads)
+    else:
+        labels = [None] if name == "demographic_parity" else [POS, NEG]
+        grads = [rate_grad(a, label) - rate_grad(b, label)
+                 for label in labels for a in range(k) for b in range(k) if a != b]  # fmt: skip
+    grads = torch.stack(grads)
+    return (grads * stats).sum(dim=(1, 2, 3)) - alpha, grads

@@ -192,7 +192,8 @@ class Method(ABC):
         session: PrivacySession | None = None,
     ) -> Fitted:
         """Train on `task.train` only (validation and test are the runner's business). The
-        returned ledger is what `session` recorded, checked against the method's plan."""
+        returned ledger is what `session` recorded, checked against the method's plan; the
+        conditions the device recorded during training (`privacy.sync`) are checked too."""
         if self.private and privacy is None:
             raise ConfigError(f"method {self.name} is private: give it a target epsilon")
         if session is None:
@@ -216,6 +217,10 @@ class Method(ABC):
             raise PrivacyContractError(f"method {self.name}: {refused}") from None
         for fitted, trial in zip(fits, trials, strict=True):
             session = trial.session
+            try:
+                session.checks.verify()  # what the device recorded during training, read once
+            except PrivacyContractError as refused:
+                raise PrivacyContractError(f"method {self.name}: {refused}") from None
             fitted.ledger, fitted.plan = session.ledger(), session.plan
             check_plan(self.name, fitted.plan, fitted.ledger)
             if fitted.privacy_notion is None:

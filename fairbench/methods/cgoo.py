@@ -35,6 +35,10 @@ The constraint term (`play`):
   ever grows. On Adult, demographic parity, α = 0.02, the multiplier settles near 0.32.
   Non-private error is 0.166 at gap 0.022, against fairlearn's 0.165 at 0.026.
 
+Device. The game runs where the model trains: the released statistics, costs, multipliers and
+G are device tensors and an iteration reads nothing on the host (`Game.move`); the trace and
+G reach the host once, after training.
+
 Privacy: T Gaussian count releases and T * steps Poisson-sampled Gaussian gradient sums, all
 in one ledger and accounted by the suite's PLD. `count_share` sets the split: the counts get
 the noise that would spend that fraction of the target epsilon on their own. The oracle's
@@ -50,7 +54,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from dp_accounting import dp_event
@@ -108,9 +111,64 @@ class Reduction:
     model: nn.Module
     schedule: Schedule
     count_std: float
-    statistics: Callable[[], np.ndarray]  # release the current classifier's l(c, D)
-    relabel: Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]  # costs -> (z, w)
+    statistics: Callable[[], torch.Tensor]  # release the current classifier's l(c, D)
+    relabel: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # costs -> (z, w)
     step: Callable[[torch.Tensor, torch.Tensor], None]  # one DP-SGD step of the oracle
+
+
+class Game:
+    """The reductions game between the oracle and the constraint player, on the device: the
+    released statistics' running sum, the multipliers, G and the trace. `move(t)` plays
+    iteration t up to the oracle's targets and weights, reading nothing on the host;
+    `report()` brings the trace and G to the host once, at the end."""
+
+    def __init__(self, hp: CGOOHparams, constraint: str, alpha: float, run: Reduction) -> None:
+        self.hp, self.constraint, self.alpha, self.run = hp, constraint, alpha, run
+        self.f = OBJECTIVES[hp.objective]
+        self.g = constraint_function(constraint, alpha, hp.eta)
+        self.big_g: torch.Tensor | None = None  # set at the first move
+        self.total: torch.Tensor | None = None  # sum of the statistics of c_1..c_t
+        self.lam: torch.Tensor | None = None
+        self.trace: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+
+    def move(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        hp, alpha = self.hp, self.alpha
+        latest = self.run.statistics()  # of c_t: the initialisation c_0, then c_1, ...
+        # the decision so far is the uniform mixture of c_1..c_t: its statistics are the mean
+        # of theirs (Frank-Wolfe with step 1 / (t + 1))
+        if t:
+            self.total = latest if self.total is None else self.total + latest
+        stats = self.total / t if t else latest
+        sizes = go.Sizes.of(stats)
+        f_value, f_grad = self.f(stats, sizes)
+        g_value, g_grad = self.g(stats, sizes)
+        if self.big_g is None and hp.G is not None:
+            self.big_g = torch.tensor(hp.G, dtype=stats.dtype, device=stats.device)
+        if self.big_g is None:  # Corollary 4.2, L_f = |grad f| at the first statistics
+            norm = torch.linalg.vector_norm(f_grad)
+            self.big_g = (alpha + norm * math.sqrt(f_grad.numel())) / alpha
+        if hp.play == "dual":  # a multiplier per linear piece of g, projected ascent on the
+            # latest component's piece values (its move in the Lagrangian game)
+            values, _ = go.constraint_pieces(self.constraint, alpha, latest,
+                                             go.Sizes.of(latest))  # fmt: skip
+            self.lam = (
+                torch.zeros_like(values)
+                if self.lam is None or t == 0
+                else torch.minimum((self.lam + hp.lr_dual * values).clamp(min=0.0), self.big_g)
+            )
+            _, grads = go.constraint_pieces(self.constraint, alpha, stats, sizes)
+            constraint_cost = torch.tensordot(self.lam, grads, dims=1)
+        else:  # the paper's indicator (c_1 answers f alone)
+            active = (g_value >= 0) & (t > 0)
+            constraint_cost = self.big_g * active.to(stats.dtype) * g_grad
+        self.trace.append((f_value, g_value, None if self.lam is None else self.lam.sum()))
+        return self.run.relabel(f_grad + constraint_cost)
+
+    def report(self) -> tuple[list[dict], float]:
+        """(trace, G) on the host."""
+        trace = [{"f": float(f), "g": float(g), "lambda": None if lam is None else float(lam)}
+                 for f, g, lam in self.trace]  # fmt: skip
+        return trace, float(self.big_g)
 
 
 class WeightedCrossEntropy:
@@ -194,18 +252,17 @@ class CGOO(Method):
         params = list(model.parameters())
         cell = (s * 2 + y) * 2  # flat index of (group, label, prediction 0) in (k, 2, 2)
 
-        def statistics() -> np.ndarray:
+        def statistics() -> torch.Tensor:
             with torch.no_grad():
                 pred = model(x).argmax(dim=1)
             counts = confusion(cell + pred, k * 4)
-            return counts.clamp(min=0.0).cpu().numpy().reshape(k, 2, 2) / n
+            return counts.clamp(min=0.0).reshape(k, 2, 2) / n
 
-        def relabel(costs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-            gap = np.abs(costs[:, :, 1] - costs[:, :, 0]).max()
-            scaled = costs / gap if gap > 0 else costs  # public: a function of the costs
-            z, w, _ = go.cost_sensitive(scaled, task.train.y, task.train.s, 1)
-            return torch.as_tensor(z, device=dev), torch.as_tensor(w, dtype=torch.float32,
-                                                                   device=dev)  # fmt: skip
+        def relabel(costs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            gap = (costs[:, :, 1] - costs[:, :, 0]).abs().max()
+            scaled = torch.where(gap > 0, costs / gap, costs)  # public: a function of the costs
+            z, w, _ = go.cost_sensitive(scaled, y, s, 1)
+            return z, w.to(torch.float32)
 
         def step(z: torch.Tensor, w: torch.Tensor) -> None:
             batch = next_batch()
@@ -227,40 +284,14 @@ class CGOO(Method):
         hp, alpha = self.hparams, float(fairness.knob)
         run = self._setup(task, session)
         model, schedule, count_std = run.model, run.schedule, run.count_std
-        f = OBJECTIVES[hp.objective]
-        g = constraint_function(fairness.constraint, alpha, hp.eta)
-        components, trace, big_g = [], [], hp.G
-        released, lam = [], None
+        game = Game(hp, fairness.constraint, alpha, run)
+        components = []
         for t in range(hp.iterations):
-            released.append(run.statistics())  # of c_t: the initialisation c_0, then c_1, ...
-            # the decision so far is the uniform mixture of c_1..c_t: its statistics are the
-            # mean of theirs (Frank-Wolfe with step 1 / (t + 1))
-            stats = np.mean(released[1:], axis=0) if t else released[0]
-            sizes = go.Sizes.of(stats)
-            f_value, f_grad = f(stats, sizes)
-            g_value, g_grad = g(stats, sizes)
-            if big_g is None:  # Corollary 4.2, L_f = |grad f| at the first statistics
-                big_g = (alpha + np.linalg.norm(f_grad) * math.sqrt(f_grad.size)) / alpha
-            if hp.play == "dual":  # a multiplier per linear piece of g, projected ascent on
-                # the latest component's piece values (its move in the Lagrangian game)
-                latest = released[-1]
-                values, grads = go.constraint_pieces(fairness.constraint, alpha, latest,
-                                                     go.Sizes.of(latest))  # fmt: skip
-                lam = (
-                    np.zeros(len(values))
-                    if lam is None or t == 0
-                    else np.clip(lam + hp.lr_dual * values, 0.0, big_g)
-                )
-                _, grads = go.constraint_pieces(fairness.constraint, alpha, stats, sizes)
-                constraint_cost = np.tensordot(lam, grads, axes=1)
-            else:  # the paper's indicator (c_1 answers f alone)
-                constraint_cost = big_g * float(t > 0 and g_value >= 0) * g_grad
-            z, w = run.relabel(f_grad + constraint_cost)
+            z, w = game.move(t)
             for _ in range(schedule.steps):
                 run.step(z, w)
             components.append(copy.deepcopy(model))
-            trace.append({"f": f_value, "g": g_value,
-                          "lambda": float(np.sum(lam)) if lam is not None else None})  # fmt: skip
+        trace, big_g = game.report()
         info = {"sampling_rate": schedule.sampling_rate, "oracle_steps": schedule.steps,
                 "noise_multiplier": schedule.noise_multiplier, "count_noise": count_std,
                 "iterations": hp.iterations, "G": big_g, "alpha": alpha,

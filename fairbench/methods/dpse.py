@@ -69,6 +69,12 @@ constraint) T rounds of one Gaussian sum of all records' clipped gradients at th
 with no counts and no stage 1. With a constraint, or `objective: group_means`, it runs DPSE's
 stage 2 with s_k^2 = 1/K (the tailoring ablation: only the budget split differs from dpse).
 
+Device. Stage 2 and DPNoSE's rounds (`_descend`, `_pooled_descent`) run on the trial's
+device in float64 and read nothing on the host (the bounded-group-loss step is selected on
+the device); the model is returned there. Stage 1 and the counts stay numpy on the host: they
+run once, before the rounds, and their outputs (standard errors, group sizes) set the noise
+multipliers of stage 2's plan, which the host needs anyway.
+
 What the comparison measures (fig-dpse, README). DPSE and DPNoSE as the paper defines them
 differ in two things: the budget tailoring and the objective (group means against the pooled
 loss). On the paper's mixtures (groups with opposite slopes) the objective moves the fit
@@ -106,14 +112,15 @@ STANDARD = "dpnose stage 2: standard DP gradient descent, one Gaussian sum per r
 
 
 class LinearRegressor(torch.nn.Module):
-    """theta^T [x, 1]: the predictor DPSE returns for regression tasks."""
+    """theta^T [x, 1]: the predictor DPSE returns for regression tasks (on theta's device)."""
 
-    def __init__(self, theta: np.ndarray) -> None:
+    def __init__(self, theta: torch.Tensor) -> None:
         super().__init__()
-        self.linear = torch.nn.utils.skip_init(torch.nn.Linear, len(theta) - 1, 1)
+        self.linear = torch.nn.utils.skip_init(torch.nn.Linear, len(theta) - 1, 1,
+                                               device=theta.device)  # fmt: skip
         with torch.no_grad():
-            self.linear.weight.copy_(torch.as_tensor(theta[:-1][None, :]))
-            self.linear.bias.fill_(float(theta[-1]))
+            self.linear.weight.copy_(theta[:-1][None, :])
+            self.linear.bias.copy_(theta[-1:])
 
     def forward(self, x):
         return self.linear(x)
@@ -167,17 +174,37 @@ def _nm(rho: float) -> float:
     return 1.0 / math.sqrt(2 * rho)
 
 
-def _model(theta: np.ndarray, task: Task, classify: bool) -> torch.nn.Module:
-    """theta as the suite's logistic classifier (class 1's logit) or a linear regressor."""
+def _model(theta: torch.Tensor, task: Task, classify: bool) -> torch.nn.Module:
+    """theta as the suite's logistic classifier (class 1's logit) or a linear regressor, on
+    theta's device."""
     if not classify:
         return LinearRegressor(theta)
-    model = build_model("logistic", task.n_features, 2)
+    model = build_model("logistic", task.n_features, 2).to(theta.device)
     with torch.no_grad():
         model.linear.weight.zero_()
         model.linear.bias.zero_()
-        model.linear.weight[1] = torch.as_tensor(theta[:-1])
-        model.linear.bias[1] = float(theta[-1])
+        model.linear.weight[1] = theta[:-1]
+        model.linear.bias[1] = theta[-1]
     return model
+
+
+def _logistic_or_squared(margin, y, classify: bool):
+    """Per-record losses and d loss / d margin of the margin [x, 1] theta (numpy or torch)."""
+    if not classify:
+        return (margin - y) ** 2, 2.0 * (margin - y)
+    sign = 2.0 * y - 1.0
+    if isinstance(margin, np.ndarray):
+        return np.logaddexp(0.0, -sign * margin), -sign / (1.0 + np.exp(sign * margin))
+    loss = torch.logaddexp(torch.zeros_like(margin), -sign * margin)
+    return loss, -sign / (1.0 + torch.exp(sign * margin))
+
+
+def _on_device(z: np.ndarray, y: np.ndarray, s: np.ndarray | None, k: int, device: torch.device):
+    """The design, targets (float64) and each group's record indices on the device."""
+    groups = [] if s is None else [torch.as_tensor(np.flatnonzero(s == g), device=device)
+                                   for g in range(k)]  # fmt: skip
+    return (torch.as_tensor(z, dtype=torch.float64, device=device),
+            torch.as_tensor(y, dtype=torch.float64, device=device), groups)  # fmt: skip
 
 
 def _clip_rows(v: np.ndarray, bound: float) -> np.ndarray:
@@ -206,15 +233,9 @@ class DPSE(Method):
         super().__init__(**hparams)
 
     # -- losses and per-record gradients of [x, 1] theta ------------------------------------
-    def _loss_grad(self, z: np.ndarray, y: np.ndarray, theta: np.ndarray, classify: bool):
-        margin = z @ theta
-        if classify:
-            sign = 2.0 * y - 1.0
-            loss = np.logaddexp(0.0, -sign * margin)
-            coef = -sign / (1.0 + np.exp(sign * margin))
-        else:
-            loss = (margin - y) ** 2
-            coef = 2.0 * (margin - y)
+    def _loss_grad(self, z, y, theta, classify: bool):
+        """Per-record losses and gradients in theta (numpy on the host, torch on a device)."""
+        loss, coef = _logistic_or_squared(z @ theta, y, classify)
         return loss, coef[:, None] * z
 
     def _stage1_plan(self, budget: _Budget, k: int, classify: bool) -> list[tuple]:
@@ -296,7 +317,7 @@ class DPSE(Method):
         notion = "full" + ("+public-group-sizes" if hp.group_sizes == "public" else "")
         # full-batch rounds; the zCDP budget rho is what the accountant solved for
         budget = Budget(hp.steps, None, {"rho": rho}, "rho")
-        return Fitted(_model(theta, task, classify), torch.device("cpu"), privacy_notion=notion,
+        return Fitted(_model(theta, task, classify), session.device, privacy_notion=notion,
                       info=info, budget=budget)  # fmt: skip
 
     def _calibrate(self, privacy: PrivacyBudget) -> float:
@@ -361,39 +382,44 @@ class DPSE(Method):
                 for g, nm in enumerate(multipliers(factor))]  # fmt: skip
 
         factor = self._fit_stage2(session, stage1, stage2)
-        theta = self._descend(z, y, s, sizes, multipliers(factor), bound, classify, session)
+        data = _on_device(z, y, s, k, session.device)
+        sizes_t = torch.as_tensor(sizes, dtype=torch.float64, device=session.device)
+        theta = self._descend(data, sizes_t, multipliers(factor), bound, classify, session)
         info = {"standard_errors": se.tolist(), "budget_shares": share.tolist(),
                 "steps": hp.steps, "stage1_rho": budget.stage1,
                 "stage2_rho": budget.stage2 * factor, "count_rho": budget.counts,
                 "bound": bound}  # fmt: skip
         return theta, info
 
-    def _descend(self, z, y, s, sizes, multipliers, bound, classify, session) -> np.ndarray:
-        """Stage 2: full-batch projected descent on the group-mean (or pooled) loss, with the
-        bounded-group-loss step when a bound is given."""
+    def _descend(self, data, sizes, multipliers, bound, classify, session) -> torch.Tensor:
+        """Stage 2 on the device: full-batch projected descent on the group-mean (or pooled)
+        loss, with the bounded-group-loss step when a bound is given (selected on the
+        device: nothing is read on the host)."""
         hp, k = self.hparams, len(sizes)
+        z, y, groups = data
         delta2 = hp.clip_norm**2
         grad_sums = [session.gaussian_sum(f"{STAGE2} {g}", hp.clip_norm, float(multipliers[g]), g)
                      for g in range(k)]  # fmt: skip
         loss_sums = [session.gaussian_sum(f"{STAGE2} {g}", delta2, float(multipliers[g]), g)
                      for g in range(k)]  # fmt: skip
-        theta = np.zeros(z.shape[1])
+        theta = z.new_zeros(z.shape[1])
         for _ in range(hp.steps):
             loss, grads = self._loss_grad(z, y, theta, classify)
-            m1 = np.stack([grad_sums[g](Rows.of(grads[s == g]))[0] for g in range(k)])
+            m1 = torch.stack([grad_sums[g](Rows.of(grads.index_select(0, groups[g])))[0]
+                              for g in range(k)])  # fmt: skip
             if hp.objective == "group_means":  # grad of f = the sum of group mean losses
-                step = (m1 / sizes[:, None]).sum(axis=0)
+                step = (m1 / sizes[:, None]).sum(dim=0)
             else:  # the pooled mean loss
-                step = m1.sum(axis=0) / sizes.sum()
+                step = m1.sum(dim=0) / sizes.sum()
             if bound is not None:
                 # a loss clipped to [0, Delta^2] has sensitivity Delta^2 (losses are >= 0)
-                m2 = np.array([loss_sums[g](Rows.of(loss[s == g][:, None]))[0][0]
-                               for g in range(k)])  # fmt: skip
+                m2 = torch.stack([loss_sums[g](Rows.of(loss.index_select(0, groups[g])[:, None]))
+                                  [0][0] for g in range(k)])  # fmt: skip
                 group_loss = m2 / sizes
-                worst = int(np.argmax(group_loss))
-                if group_loss[worst] - bound >= 0:
-                    step = step + hp.lagrange * m1[worst] / sizes[worst]
-            theta = np.clip(theta - hp.lr * step, -hp.box, hp.box)
+                worst = group_loss.argmax().view(1)  # a device index, read on the device
+                push = hp.lagrange * m1.index_select(0, worst)[0] / sizes.index_select(0, worst)
+                step = torch.where(group_loss.max() - bound >= 0, step + push, step)
+            theta = (theta - hp.lr * step).clamp(-hp.box, hp.box)
         return theta
 
     def _standard_dpgd(self, z, y, classify: bool, rho: float, session):
@@ -410,16 +436,24 @@ class DPSE(Method):
         session.submit_plan(PrivacyLedger())
         factor = self._fit_stage2(session, [], plan)
         nm = plan(factor)[0][1].event.noise_multiplier
-        gradient_sum = session.gaussian_sum(STANDARD, hp.clip_norm, nm)
-        theta = np.zeros(z.shape[1])
-        for _ in range(hp.steps):
-            _, grads = self._loss_grad(z, y, theta, classify)
-            noisy = gradient_sum(Rows.of(grads))[0]
-            theta = np.clip(theta - hp.lr * noisy / n, -hp.box, hp.box)
+        z, y, _ = _on_device(z, y, None, 0, session.device)
+        theta = self._pooled_descent(z, y, n, classify, session.gaussian_sum(
+            STANDARD, hp.clip_norm, nm))  # fmt: skip
         info = {"standard_errors": [], "budget_shares": [], "steps": hp.steps,
                 "stage1_rho": 0.0, "stage2_rho": rho * factor, "count_rho": 0.0,
                 "bound": None}  # fmt: skip
         return theta, info
+
+    def _pooled_descent(self, z, y, n: int, classify: bool, gradient_sum) -> torch.Tensor:
+        """DPNoSE's rounds on the device: one clipped, noised gradient sum of all records each,
+        divided by the public n."""
+        hp = self.hparams
+        theta = z.new_zeros(z.shape[1])
+        for _ in range(hp.steps):
+            _, grads = self._loss_grad(z, y, theta, classify)
+            noisy = gradient_sum(Rows.of(grads))[0]
+            theta = (theta - hp.lr * noisy / n).clamp(-hp.box, hp.box)
+        return theta
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

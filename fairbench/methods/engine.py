@@ -218,7 +218,7 @@ class Gathered:
 
     index: torch.Tensor
     mask: torch.Tensor | None
-    sizes: list[int]
+    sizes: list[int] | None  # None: not read (on a device)
 
     def rows(self, values: torch.Tensor) -> torch.Tensor:
         """values (N, ...) at the batches' rows: (T, B, ...)."""

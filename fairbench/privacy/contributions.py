@@ -111,7 +111,7 @@ class StackedOuterProducts:
 
     a: torch.Tensor
     x: torch.Tensor
-    sizes: list[int]
+    sizes: list[int]  # or, where they were not read (on a device), B for every trial
     x_sq: torch.Tensor | None = None  # (T, B) ||x_i||^2 if known (a record's is constant)
 
     @classmethod
@@ -120,11 +120,12 @@ class StackedOuterProducts:
         a: torch.Tensor,
         x: torch.Tensor,
         mask: torch.Tensor | None,
-        sizes: list[int],
+        sizes: list[int] | None,
         x_sq: torch.Tensor | None = None,
     ) -> StackedOuterProducts:
-        """`mask` (T, B) marks real rows; None: no padding."""
-        return cls(a if mask is None else a * mask.unsqueeze(-1).to(a.dtype), x, sizes, x_sq)
+        """`mask` (T, B) marks real rows; None: no padding. `sizes` None: not read."""
+        a = a if mask is None else a * mask.unsqueeze(-1).to(a.dtype)
+        return cls(a, x, [a.shape[1]] * a.shape[0] if sizes is None else sizes, x_sq)
 
     def __len__(self) -> int:
         return len(self.sizes)

@@ -12,6 +12,9 @@ near 0 (`fine_uniform`):
   torch's float64 normal, redrawn past 5 sigma, where 53-bit uniforms resolve it finely. The
   mass left out, about 4e-55 per coordinate, is below the float64 resolution of any delta the
   suite accounts, whatever the number of draws. Cost: about twice torch's `randn`.
+  That redraw is a host decision; off the CPU (`privacy.sync`) the same mixture is drawn
+  densely (`dense_standard_gaussian`): the uniform that selects the tail also places a body
+  draw by the normal quantile, no value is read on the host.
 - Laplace: a random sign times an exponential (-log of a fine uniform): support 110.9
   scales, no clamping, hence no atom at the tails (the inverse-CDF sampler had one).
 These are still floating-point samplers: an adversary who sees the low-order bits of a noisy
@@ -51,6 +54,7 @@ import numpy as np
 import torch
 
 from fairbench.errors import ConfigError
+from fairbench.privacy.sync import host_reads_free
 
 Kind = Literal["gaussian", "laplace"]
 Value = TypeVar("Value", torch.Tensor, np.ndarray, list[torch.Tensor])
@@ -114,8 +118,11 @@ def standard_gaussian(shape: tuple[int, ...], generator: torch.Generator) -> tor
     """float64 N(0, 1) as an exact mixture: with probability TAIL_MASS (a multiple of 2^-53,
     so one 53-bit uniform selects it exactly) a draw from the tail |Z| > TAIL_START, otherwise
     torch's float64 normal conditioned on |Z| <= TAIL_START (redrawn beyond it). The body
-    needs no more than torch's 53-bit uniforms resolve; the tail is `gaussian_tail`'s."""
+    needs no more than torch's 53-bit uniforms resolve; the tail is `gaussian_tail`'s.
+    Off the CPU, `dense_standard_gaussian` (the redraws would read values on the host)."""
     device = generator.device
+    if not host_reads_free(device):
+        return dense_standard_gaussian(shape, generator)
     z = torch.randn(shape, generator=generator, dtype=torch.float64, device=device)
     tail = torch.rand(shape, generator=generator, dtype=torch.float64, device=device) < TAIL_MASS
     beyond = z.abs() > TAIL_START
@@ -137,6 +144,22 @@ def _rare_draws(z: torch.Tensor, tail: torch.Tensor, beyond: torch.Tensor,
     if bool(tail.any()):
         z[tail] = gaussian_tail(int(tail.sum()), generator)
     return z
+
+
+def dense_standard_gaussian(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float64 N(0, 1), the same exact mixture as `standard_gaussian` with no data-dependent
+    control flow (no host read), for accelerators. |Z| is the normal quantile of its two-sided
+    tail probability p = P(|Z| > |z|), which is uniform on (0, 1]: one 53-bit uniform w selects
+    the tail when w < TAIL_MASS (probability TAIL_MASS, exactly) and otherwise is p itself,
+    uniform on [TAIL_MASS, 1), a body draw |Z| <= TAIL_START resolved to 2^-53 in p; in the
+    tail p is a fine uniform times TAIL_MASS (`gaussian_tail`'s draw, resolved to 2^-160).
+    Both are computed for every coordinate and one quantile taken; a last word gives the sign.
+    Not the CPU's draws (that one uses torch's normal for the body), the same distribution."""
+    words = _words(UNIFORM_WORDS + 2, shape, generator)  # select/body, 3 fine words, sign
+    tail = words[0] < TAIL_MASS
+    p = torch.where(tail, _fine(words[1 : UNIFORM_WORDS + 1]).mul_(TAIL_MASS), words[0])
+    magnitude = torch.special.ndtri(p.mul_(0.5)).neg_()
+    return _with_signs(magnitude, words[UNIFORM_WORDS + 1])
 
 
 def gaussian_tail(count: int, generator: torch.Generator) -> torch.Tensor:

@@ -8,6 +8,13 @@ from collections.abc import Callable
 
 import torch
 
+from fairbench.errors import FairbenchError
+from fairbench.privacy.sync import DeviceChecks, host_reads_free
+
+
+class PoissonShortfall(FairbenchError):
+    """A device-side Poisson chunk did not reach the end of the data (see `poisson_batches`)."""
+
 
 def shuffled_batches(
     n: int, batch_size: int, gen: torch.Generator, device: torch.device
@@ -26,26 +33,60 @@ def shuffled_batches(
     return next_batch
 
 
+def poisson_chunk(n: int, sampling_rate: float) -> int:
+    """Geometric gaps drawn per chunk: the expected batch size plus 6 standard deviations and
+    16, so that one chunk reaches past n but with probability below 1e-9."""
+    return math.ceil(n * sampling_rate + 6 * math.sqrt(n * sampling_rate) + 16)
+
+
 def poisson_batches(
-    n: int, sampling_rate: float, gen: torch.Generator, device: torch.device
+    n: int,
+    sampling_rate: float,
+    gen: torch.Generator,
+    device: torch.device,
+    checks: DeviceChecks | None = None,
 ) -> Callable[[], torch.Tensor]:
     """Poisson sampling: every record joins each batch independently with `sampling_rate`,
     as the accountant's PoissonSampledDpEvent assumes (batch size varies; may be empty).
 
     Drawn in O(batch) rather than O(n): the gaps between included indices of a Bernoulli(q)
     process are i.i.d. Geometric(q), so cumulative sums of geometric draws are exactly the
-    included indices.
+    included indices, drawn in chunks of `poisson_chunk` gaps.
+
+    Whether a chunk reached past n is a value the host would have to read every step. On the
+    CPU, where that is free, a chunk that falls short is followed by another (exact). On
+    other devices the sampler makes the same draws, one chunk per batch, and records on the
+    device whether it fell short, in `checks` (the session's; a fresh one, reachable as the
+    sampler's `checks`, when None). `DeviceChecks.verify`, which `Method.fit` calls once
+    after training, then refuses the trial (`PoissonShortfall`), so a truncated batch is
+    never stored. Whenever one chunk suffices (all but about 1e-9 of the batches), both paths
+    return the same indices from the same stream. The selection `positions < n` still lets
+    the host learn the batch's size on an accelerator; only padded batches avoid that.
     """
     if sampling_rate >= 1.0:
         everyone = torch.arange(n, device=device)
         return lambda: everyone
-    chunk = _chunk(n, sampling_rate)
-    return lambda: _included(_positions(-1.0, chunk, sampling_rate, gen), n, sampling_rate, gen)
+    chunk = poisson_chunk(n, sampling_rate)
+    if host_reads_free(device):
+        return lambda: _included(_positions(-1.0, chunk, sampling_rate, gen), n, sampling_rate,
+                                 gen)  # fmt: skip
 
+    checks = DeviceChecks() if checks is None else checks
 
-def _chunk(n: int, rate: float) -> int:
-    """Gaps drawn at once: enough to pass n but in about 1e-9 of the batches."""
-    return math.ceil(n * rate + 6 * math.sqrt(n * rate) + 16)
+    def shortfall() -> PoissonShortfall:
+        return PoissonShortfall(
+            f"a Poisson batch's chunk of {chunk} geometric gaps fell short of the {n} records "
+            "(probability below 1e-9 per batch), so that batch left out its last records; the "
+            "trial is refused rather than stored: run it again on the CPU, which draws on"
+        )
+
+    def next_device_batch() -> torch.Tensor:
+        positions = _positions(-1.0, chunk, sampling_rate, gen)
+        checks.fail_if("poisson chunk", positions[-1] < n, shortfall)
+        return positions[positions < n].long()
+
+    next_device_batch.checks = checks  # type: ignore[attr-defined]
+    return next_device_batch
 
 
 def _positions(last: float, chunk: int, rate: float, gen: torch.Generator) -> torch.Tensor:
@@ -66,22 +107,41 @@ def _included(first: torch.Tensor, n: int, rate: float, gen: torch.Generator) ->
 
 
 def stacked_poisson_batches(
-    n: int, sampling_rate: float, generators: list[torch.Generator], device: torch.device
-) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None, list[int]]]:
+    n: int,
+    sampling_rate: float,
+    generators: list[torch.Generator],
+    device: torch.device,
+    checks: list[DeviceChecks] | None = None,
+) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None, list[int] | None]]:
     """T trials' Poisson batches at once, row t drawn from `generators[t]` exactly as
     `poisson_batches` draws it: (index (T, W), mask (T, W) or None when no row is padded,
-    sizes), trial t's batch in the first sizes[t] entries of its row, zeros after."""
+    sizes), trial t's batch in the first sizes[t] entries of its row, zeros after. On a
+    device (`host_reads_free` false) nothing is read: W is the chunk, sizes are None, and a
+    short chunk is recorded in the trial's `checks`, as `poisson_batches` does."""
     n_trials = len(generators)
     if sampling_rate >= 1.0:
         everyone = torch.arange(n, device=device).expand(n_trials, n)
         return lambda: (everyone, None, [n] * n_trials)
-    chunk = _chunk(n, sampling_rate)
+    chunk = poisson_chunk(n, sampling_rate)
+    on_host = host_reads_free(device)
+    checks = checks or [DeviceChecks() for _ in generators]
 
-    def next_batches() -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+    def next_batches() -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None]:
         gaps = torch.empty((n_trials, chunk), dtype=torch.float64, device=device)
         for row, generator in zip(gaps, generators, strict=True):
             row.geometric_(sampling_rate, generator=generator)
         positions = torch.cumsum(gaps, dim=1).add_(-1.0)
+        if not on_host:
+            for check, last in zip(checks, positions[:, -1], strict=True):
+                check.fail_if(
+                    "poisson chunk",
+                    last < n,
+                    lambda: PoissonShortfall(
+                        f"a Poisson batch's chunk of {chunk} gaps fell short of the {n} records"
+                    ),
+                )
+            inside = positions < n
+            return positions.long().masked_fill_(~inside, 0), inside, None
         if bool((positions[:, -1] < n).any()):  # rare: a row needs another chunk
             rows = [_included(row, n, sampling_rate, g) for row, g in zip(positions, generators,
                                                                         strict=True)]  # fmt: skip

@@ -63,6 +63,7 @@ from fairbench.privacy.noise import (
 )
 from fairbench.privacy.pld import SubstitutionSampledDpEvent
 from fairbench.privacy.sampling import poisson_batches, shuffled_batches
+from fairbench.privacy.sync import DeviceChecks, host_reads_free
 from fairbench.streams import numpy_stream, torch_stream
 
 L1_ROUNDING = 1e-6  # a float32 softmax row sums to 1 within this
@@ -121,6 +122,7 @@ class PrivacySession:
         self._allowance: Counter[tuple] = Counter()
         self._drawn: Counter[tuple] = Counter()
         self._texts: dict[int, tuple[dp_event.DpEvent, str]] = {}
+        self.checks = DeviceChecks()  # read once after training (`privacy.sync`)
         if self.budget is None:
             self.notion = PrivacyNotion.NONE
 
@@ -173,7 +175,7 @@ class PrivacySession:
     def poisson(self, n: int, rate: float) -> Callable[[], Batch]:
         """Poisson batches (each record independently with probability `rate`), the sampling
         the accountant amplifies by; batches are numbered so releases can name theirs."""
-        draw = poisson_batches(n, rate, self.stream("sampling"), self.device)
+        draw = poisson_batches(n, rate, self.stream("sampling"), self.device, self.checks)
         return lambda: self.numbered(draw(), rate)
 
     def numbered(self, indices: torch.Tensor, rate: float) -> Batch:
@@ -340,7 +342,7 @@ class LaplaceHistogram:
         hist = torch.zeros((n_parts, rows.shape[1]), dtype=summed.dtype, device=rows.device)
         hist.index_add_(0, parts, summed)
         if self.session.private:
-            check_l1_rows(self.label, rows)
+            check_l1_rows(self.label, rows, self.session.checks)
         return self.release(hist, len(rows), batch).to(rows.dtype)
 
     @property
@@ -362,14 +364,24 @@ class LaplaceHistogram:
         return self.session.noise(self.label, None, device)
 
 
-def check_l1_rows(label: str, rows: torch.Tensor) -> None:
+def check_l1_rows(label: str, rows: torch.Tensor, checks: DeviceChecks) -> None:
     """Refuse a histogram whose rows (records, last axis: cells) exceed l1 norm 1: its
-    sensitivity would exceed the declared one."""
-    if rows.numel() and float(rows.abs().sum(dim=-1).max()) > 1 + L1_ROUNDING:
-        raise PrivacyContractError(
+    sensitivity would exceed the declared one. On the CPU before the noise is drawn; on a
+    device after training (`privacy.sync`), before the trial can be stored."""
+    if not rows.numel():
+        return
+    too_long = rows.abs().sum(dim=-1).max().double() > 1 + L1_ROUNDING
+
+    def error() -> PrivacyContractError:
+        return PrivacyContractError(
             f"release {label!r}: a histogram row has l1 norm above 1; its sensitivity "
             "would exceed the declared one"
         )
+
+    if not host_reads_free(rows.device):
+        checks.fail_if(label, too_long, error)
+    elif too_long:
+        raise error()
 
 
 class GaussianGram:

@@ -34,12 +34,13 @@ from fairbench.privacy.session import (
 class StackedBatches:
     """One round of T trials' Poisson batches: each trial's `Batch` (numbered by its own
     session) and their indices as one block: `index` (T, W), trial t's batch in the first
-    `sizes[t]` entries of its row, zeros after (`mask` marks real entries; None: no padding)."""
+    `sizes[t]` entries of its row, zeros after (`mask` marks real entries; None: no padding).
+    On a device the sizes are not read: each `Batch` then holds its padded row."""
 
     batches: list[Batch]
     index: torch.Tensor
     mask: torch.Tensor | None
-    sizes: list[int]
+    sizes: list[int] | None  # None on a device: reading them would sync the host
 
 
 def poisson_rounds(sessions: list[PrivacySession], n: int, rate: float
@@ -47,12 +48,13 @@ def poisson_rounds(sessions: list[PrivacySession], n: int, rate: float
     """Each session's Poisson batches from its own "sampling" stream (as `session.poisson`
     draws them), drawn together."""
     device = sessions[0].device
-    draw = stacked_poisson_batches(n, rate, [s.stream("sampling") for s in sessions], device)
+    draw = stacked_poisson_batches(n, rate, [s.stream("sampling") for s in sessions], device,
+                                   [s.checks for s in sessions])  # fmt: skip
 
     def next_round() -> StackedBatches:
         index, mask, sizes = draw()
-        batches = [s.numbered(index[t, :size], rate)
-                   for t, (s, size) in enumerate(zip(sessions, sizes, strict=True))]  # fmt: skip
+        rows = index if sizes is None else [r[:size] for r, size in zip(index, sizes, strict=True)]
+        batches = [s.numbered(row, rate) for s, row in zip(sessions, rows, strict=True)]
         return StackedBatches(batches, index, mask, sizes)
 
     return next_round
@@ -90,20 +92,22 @@ def laplace_histograms(
     rows: torch.Tensor,
     parts: torch.Tensor,
     n_parts: int,
-    sizes: list[int],
+    sizes: list[int] | None,
     batches: list[Batch],
 ) -> torch.Tensor:
     """Trial t's noisy histogram from `mechanisms[t]`: rows (T, B, K) of l1 norm <= 1 summed
-    into `n_parts` parts by `parts` (T, B); padding rows (beyond `sizes[t]`) must be zero.
+    into `n_parts` parts by `parts` (T, B); padding rows (beyond `sizes[t]`, or marked by the
+    round's mask when the sizes were not read) must be zero.
     Returns (T, n_parts, K)."""
     n_trials, width = rows.shape[0], rows.shape[-1]
     first = mechanisms[0]
+    sizes = [rows.shape[1]] * n_trials if sizes is None else sizes  # bounds: padding is zero
     if not _plain(mechanisms, LaplaceHistogram, ("scale", "sensitivity")):
         return torch.stack([m(rows[t, :size], parts[t, :size], n_parts, batches[t])
                             for t, (m, size) in enumerate(zip(mechanisms, sizes, strict=True))
                             ])  # fmt: skip
     if first.session.private:
-        check_l1_rows(first.label, rows)
+        check_l1_rows(first.label, rows, first.session.checks)
     offsets = torch.arange(n_trials, device=rows.device).unsqueeze(1) * n_parts
     hist = torch.zeros((n_trials * n_parts, width), dtype=rows.dtype, device=rows.device)
     hist.index_add_(0, (parts + offsets).reshape(-1), rows.reshape(-1, width))

@@ -167,7 +167,9 @@ def expand(config: ExperimentConfig, warn=print, check_data: bool = True) -> lis
     constraint, definition = _constraint(config)
     for eps in config.epsilons or [1.0]:  # delta is checked even without private methods
         PrivacyBudget(eps, config.delta)  # raises a ConfigError naming the bad value
-    resolve_device(config.device)  # cuda without a GPU is refused now, not in every trial
+    # cuda without a GPU is refused now, not in every trial; `auto` is resolved here, so a
+    # spec (and its trial id) names the device its trials actually run on
+    device = resolve_device(config.device).type
     if not config.seed_list:
         raise ConfigError("seeds: give a positive count or a non-empty list of seeds")
     labels = [entry.label or entry.name for entry in config.methods]
@@ -178,8 +180,8 @@ def expand(config: ExperimentConfig, warn=print, check_data: bool = True) -> lis
         _check_shapes(config, datasets, constraint, definition)
     specs = [
         spec
-        for (dataset, options), entry in itertools.product(datasets, config.methods)
-        for spec in _method_trials(config, entry, dataset, options, constraint, definition)
+        for resolved, entry in itertools.product(datasets, config.methods)
+        for spec in _method_trials(config, entry, resolved, constraint, definition, device)
     ]
     # a fallback dataset may coincide with a listed one: each trial runs once
     return list({spec.trial_id: spec for spec in specs}.values())
@@ -216,12 +218,14 @@ def _check_shapes(
 def _method_trials(
     config: ExperimentConfig,
     entry: MethodEntry,
-    dataset: str,
-    options: dict[str, Any],
+    resolved: tuple[str, dict[str, Any]],
     constraint: str,
     definition: dict[str, Any] | None,
+    device: str,
 ) -> list[TrialSpec]:
-    """One method entry's trials on one dataset: every sweep point x knob x epsilon x seed."""
+    """One method entry's trials on one dataset (name, options): every sweep point x knob x
+    epsilon x seed, on `device` (resolved)."""
+    dataset, options = resolved
     cls = method_class(entry.name)
     if cls.private and not config.epsilons:
         raise ConfigError(f"method {entry.name} is private: list target epsilons in the config")
@@ -250,7 +254,7 @@ def _method_trials(
                     epsilon=eps,
                     delta=config.delta,
                     seed=seed,
-                    device=config.device,
+                    device=device,
                     secure_noise=config.secure_noise and cls.private,
                 )
             )

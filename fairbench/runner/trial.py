@@ -47,9 +47,14 @@ class TrialSpec:
 
     @property
     def trial_id(self) -> str:
-        """Stable hash of the resolved spec; the device is an execution detail, left out, and
-        `secure_noise` enters only when set (ids of float-noise trials are unchanged)."""
-        data = {k: v for k, v in asdict(self).items() if k != "device"}
+        """Stable hash of the resolved spec. The device (resolved: "cpu" or "cuda", never
+        "auto") enters only when it is not the CPU, since another device draws other random
+        numbers (its generators) and reduces in another order: a resumed run never mixes CPU
+        and GPU results under one id, and every CPU trial keeps its id. `secure_noise` enters
+        only when set (ids of float-noise trials are unchanged)."""
+        data = asdict(self)
+        if self.device == "cpu":
+            del data["device"]
         if not self.secure_noise:
             del data["secure_noise"]
         blob = json.dumps(data, sort_keys=True, default=str)

@@ -20,6 +20,7 @@ import torch
 from fairbench.datasets import get_dataset
 from fairbench.errors import DataError
 from fairbench.methods import FairnessSpec, get_method
+from fairbench.methods.base import resolve_device
 from fairbench.privacy import PrivacyBudget
 from fairbench.task import Task
 
@@ -55,7 +56,9 @@ def step_times(
     device: str = "cpu",
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Median seconds per training step for each entry, on Adult (synthetic if absent)."""
+    """Median seconds per training step for each entry, on Adult (synthetic if absent), on
+    `device` (`auto`: CUDA when present, else the CPU)."""
+    device = resolve_device(device).type
     task, dataset = bench_task(seed)
     budget = PrivacyBudget(1.0)
     steppers = {}
@@ -68,7 +71,7 @@ def step_times(
             start = time.perf_counter()
             for _ in range(steps_per_round):
                 step()
-            if device != "cpu":
+            if device == "cuda":
                 torch.cuda.synchronize()
             if round_ >= 2:
                 samples[label].append((time.perf_counter() - start) / steps_per_round)
@@ -102,15 +105,18 @@ FIT_ENTRIES: list[tuple[str, FairnessSpec]] = [
 ]
 
 
-def fit_times(seed: int = 0) -> dict[str, float]:
+def fit_times(seed: int = 0, device: str = "cpu") -> dict[str, float]:
     """Wall seconds of one whole `fit` per method with its default hyperparameters on Adult
     (synthetic if absent), calibration included: what a trial costs."""
+    device = resolve_device(device).type
     task, _ = bench_task(seed)
     out = {}
     for name, fairness in FIT_ENTRIES:
         method = get_method(name)
         start = time.perf_counter()
-        method.fit(task, PrivacyBudget(1.0) if method.private else None, fairness, seed)
+        method.fit(task, PrivacyBudget(1.0) if method.private else None, fairness, seed, device)
+        if device == "cuda":
+            torch.cuda.synchronize()
         out[name] = time.perf_counter() - start
     return out
 

@@ -1,0 +1,92 @@
+"""The device a trial runs on: resolved before specs are built, part of a non-CPU trial's id,
+and `bench --device auto` falling back to the CPU with a note."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import fairbench.workflows.bench as bench
+from fairbench.datasets import get_dataset
+from fairbench.runner.config import expand, parse_config
+from fairbench.runner.trial import TrialSpec
+
+ADULT = {"include_sensitive": False, "missing": "category", "sensitive": "sex"}
+# two trials of the committed fig-adult-dp store (results/figures/fig-adult-dp/trials.csv)
+STORED = {
+    "00de7a72a2f1d524": TrialSpec(
+        "adult", ADULT, "erm", "erm",
+        {"batch_size": 256, "epochs": 20.0, "hidden": 32, "lr": 0.5, "model": "logistic",
+         "weight_decay": 0.0},
+        "demographic_parity", None, None, 1e-5, 8, "cpu",
+    ),
+    "096fd7358762ae4f": TrialSpec(
+        "adult", ADULT, "dp-sgd", "dp-sgd",
+        {"batch_size": 512, "calibrate": "noise", "clip_norm": 1.0, "epochs": 20.0,
+         "grad_engine": "auto", "hidden": 32, "lr": 1.0, "model": "logistic",
+         "noise_multiplier": None},
+        "demographic_parity", None, 9.0, 1e-5, 0, "cpu",
+    ),
+}  # fmt: skip
+SMALL = {
+    "name": "small",
+    "datasets": [{"name": "synthetic", "options": {"n_rows": 800}}],
+    "epsilons": [1.0],
+    "seeds": 2,
+    "methods": [{"name": "erm"}, {"name": "dp-sgd"}],
+}
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+
+
+def test_cpu_trial_ids_are_unchanged_and_another_device_gets_its_own():
+    for trial_id, spec in STORED.items():
+        assert spec.trial_id == trial_id
+        on_gpu = dataclasses.replace(spec, device="cuda")
+        assert on_gpu.trial_id != trial_id
+        assert on_gpu.trial_id == dataclasses.replace(spec, device="cuda").trial_id  # stable
+
+
+def test_auto_is_resolved_before_the_specs_are_built(monkeypatch):
+    cpu = expand(parse_config({**SMALL, "device": "cpu"}), warn=lambda _: None)
+    auto = expand(parse_config({**SMALL, "device": "auto"}), warn=lambda _: None)
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: auto resolves to cuda")
+    assert {s.device for s in auto} == {"cpu"}
+    assert [s.trial_id for s in auto] == [s.trial_id for s in cpu]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
+    gpu = expand(parse_config({**SMALL, "device": "auto"}), warn=lambda _: None)
+    assert {s.device for s in gpu} == {"cuda"}
+    assert not {s.trial_id for s in gpu} & {s.trial_id for s in cpu}
+
+
+@pytest.fixture
+def small_bench(monkeypatch):
+    """`bench` on a synthetic task half Adult's size (enough planned steps for every method at
+    epsilon 1; the step loop is the same as on Adult)."""
+    task = get_dataset("synthetic", n_rows=24_000).load(0)
+    monkeypatch.setattr(bench, "bench_task", lambda seed: (task, "synthetic"))
+
+
+@no_cuda
+def test_bench_device_auto_falls_back_to_the_cpu_with_a_note(cli, small_bench):
+    code, out, err = cli("bench", "--device", "auto", "--json", "--rounds", "1")
+    assert code == 0, err
+    assert "note: --device auto" in err and "timing on the CPU" in err
+    result = json.loads(out)  # the note is not in the JSON
+    assert result["device"] == "cpu" and result["step_seconds"]["dp-sgd"] > 0
+
+
+@no_cuda
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("cuda", "error: device 'cuda' requested but no CUDA device is available; use cpu or auto"),
+        ("tpu", "error: --device 'tpu': choose cpu, cuda or auto"),
+    ],
+)
+def test_bench_refuses_a_device_it_cannot_use_in_one_line(cli, small_bench, device, message):
+    code, out, err = cli("bench", "--device", device, "--rounds", "1")
+    assert code == 2 and err.strip() == message and not out
