@@ -155,7 +155,11 @@ def dense_standard_gaussian(shape: tuple[int, ...], generator: torch.Generator) 
     tail p is a fine uniform times TAIL_MASS (`gaussian_tail`'s draw, resolved to 2^-160).
     Both are computed for every coordinate and one quantile taken; a last word gives the sign.
     Not the CPU's draws (that one uses torch's normal for the body), the same distribution."""
-    words = _words(UNIFORM_WORDS + 2, shape, generator)  # select/body, 3 fine words, sign
+    return _dense_gaussian(_words(UNIFORM_WORDS + 2, shape, generator))
+
+
+def _dense_gaussian(words: torch.Tensor) -> torch.Tensor:
+    """`dense_standard_gaussian` from its words: select/body, 3 fine words, sign."""
     tail = words[0] < TAIL_MASS
     p = torch.where(tail, _fine(words[1 : UNIFORM_WORDS + 1]).mul_(TAIL_MASS), words[0])
     magnitude = torch.special.ndtri(p.mul_(0.5)).neg_()
@@ -173,6 +177,8 @@ def gaussian_tail(count: int, generator: torch.Generator) -> torch.Tensor:
 def stacked_standard_gaussian(generators: list[torch.Generator], width: int) -> torch.Tensor:
     """(T, width): row t is `standard_gaussian((width,), generators[t])`, draw for draw; the
     per-row draws are torch's, the rest is one tensor program over the stack."""
+    if not host_reads_free(generators[0].device):
+        return _dense_gaussian(_stacked_words(UNIFORM_WORDS + 2, generators, width))
     z, u = (torch.empty((len(generators), width), dtype=torch.float64,
                         device=generators[0].device) for _ in range(2))  # fmt: skip
     for t, generator in enumerate(generators):
@@ -194,11 +200,17 @@ def standard_laplace(shape: tuple[int, ...], generator: torch.Generator) -> torc
 
 def stacked_standard_laplace(generators: list[torch.Generator], width: int) -> torch.Tensor:
     """(T, width): row t is `standard_laplace((width,), generators[t])`, draw for draw."""
-    words = torch.empty((UNIFORM_WORDS + 1, len(generators), width), dtype=torch.float64,
-                        device=generators[0].device)  # fmt: skip
-    for t, generator in enumerate(generators):
-        words[:, t] = _words(UNIFORM_WORDS + 1, (width,), generator)
+    words = _stacked_words(UNIFORM_WORDS + 1, generators, width)
     return _with_signs(_fine(words).log_().neg_(), words[UNIFORM_WORDS])
+
+
+def _stacked_words(count: int, generators: list[torch.Generator], width: int) -> torch.Tensor:
+    """(count, T, width): trial t's `_words(count, (width,), generators[t])` at [:, t]."""
+    words = torch.empty((len(generators), count, width), dtype=torch.float64,
+                        device=generators[0].device)  # fmt: skip
+    for row, generator in zip(words, generators, strict=True):
+        torch.rand((count, width), generator=generator, dtype=torch.float64, out=row)
+    return words.transpose(0, 1)
 
 
 class FloatNoise:
