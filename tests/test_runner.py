@@ -33,11 +33,14 @@ def write_config(tmp_path, data, name="exp.yaml"):
 
 
 def without_timing(rows):
-    """Result rows keyed by trial, minus wall time (the only field allowed to differ)."""
-    return {
-        key: {k: v for k, v in json.loads(row).items() if k != "wall_seconds"}
-        for key, row in rows.items()
-    }
+    """Result rows keyed by trial, minus wall time and its split into phases (the only fields
+    allowed to differ)."""
+    out = {}
+    for key, row in rows.items():
+        record = {k: v for k, v in json.loads(row).items() if k != "wall_seconds"}
+        record["info"] = {k: v for k, v in record["info"].items() if k != "phase_seconds"}
+        out[key] = record
+    return out
 
 
 def read_results(run_dir):

@@ -17,8 +17,7 @@ from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
 from fairbench.methods.base import resolve_device
-from fairbench.privacy import PrivacyBudget, PrivacyLedger
-from fairbench.privacy.crosscheck import check_ledger
+from fairbench.privacy import PrivacyBudget, PrivacyLedger, ledger_cache
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.rundir.row import TrialRow
 from fairbench.runner.stamp import stamp
@@ -171,8 +170,15 @@ def evaluate_group_loss(
 
 def run_trial(spec: TrialSpec) -> TrialRow:
     """Fit and evaluate one trial; the row holds the spec, the outcome and the ledger (the
-    store keeps its `to_record()`)."""
+    store keeps its `to_record()`).
+
+    Its `wall_seconds` is the fit and the accounting of its ledger (epsilon, plan check,
+    cross-checks; cached per distinct ledger by `privacy.ledger_cache`, hit or miss counted);
+    `info["phase_seconds"]` splits the whole trial into `data` (loading the task, cached per
+    process), `fit`, `accounting` and `evaluation` (both held-out splits' metrics)."""
+    began = time.perf_counter()
     task = load_task(spec)
+    loaded = time.perf_counter()
     method = get_method(spec.method, **spec.hparams)
     privacy = PrivacyBudget(spec.epsilon, spec.delta) if spec.epsilon is not None else None
     start = time.perf_counter()
@@ -180,31 +186,37 @@ def run_trial(spec: TrialSpec) -> TrialRow:
     session = PrivacySession(spec.seed, resolve_device(spec.device), privacy,
                              secure_noise=spec.secure_noise)  # fmt: skip
     fitted = method.fit(task, privacy, fairness, spec.seed, spec.device, session=session)
-    wall = time.perf_counter() - start
+    fit_done = time.perf_counter()
     fitted.ledger = recorded_ledger(spec, session, fitted.target_accounting)
-    spent = fitted.ledger.epsilon(spec.delta)
+    spent = ledger_cache.epsilon(fitted.ledger, spec.delta)
+    checks = ledger_cache.cross_check(fitted.ledger, spec.delta)
+    accounted = time.perf_counter()
     if task.kind == "regression" or spec.constraint == "bounded_group_loss":
         val = evaluate_group_loss(fitted, task.val, task, spec.knob)
         test = evaluate_group_loss(fitted, task.test, task, spec.knob)
-        return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
-    gamma = spec.knob if method.knob is not None and method.knob.name == "gamma" else None
-    rate_set = constraints.build(spec.constraint, spec.constraint_definition, task.n_classes,
-                                 task.n_groups, 0.0 if gamma is None else gamma)  # fmt: skip
-    if gamma is None:  # no stated target: report values only
-        rate_set = rate_set.with_gamma(float("nan"))
-    builtin = spec.constraint_definition is None
-    val = evaluate(fitted, task.val, task, rate_set, builtin)
-    test = evaluate(fitted, task.test, task, rate_set, builtin)
-    return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
+    else:
+        gamma = spec.knob if method.knob is not None and method.knob.name == "gamma" else None
+        rate_set = constraints.build(spec.constraint, spec.constraint_definition, task.n_classes,
+                                     task.n_groups, 0.0 if gamma is None else gamma)  # fmt: skip
+        if gamma is None:  # no stated target: report values only
+            rate_set = rate_set.with_gamma(float("nan"))
+        builtin = spec.constraint_definition is None
+        val = evaluate(fitted, task.val, task, rate_set, builtin)
+        test = evaluate(fitted, task.test, task, rate_set, builtin)
+    phases = {"data": loaded - began, "fit": fit_done - start, "accounting": accounted - fit_done,
+              "evaluation": time.perf_counter() - accounted}  # fmt: skip
+    return _row(spec, method, fitted, privacy, spent, checks, accounted - start, phases, task,
+                val, test)  # fmt: skip
 
 
 def recorded_ledger(spec: TrialSpec, session: PrivacySession, accounting: str) -> PrivacyLedger:
     """The trial's ledger: what its session recorded, refused (`PrivacyContractError`) when it
-    differs from the method's plan or spends more than the target epsilon."""
+    differs from the method's plan or spends more than the target epsilon (the epsilon from
+    `privacy.ledger_cache`, computed once per distinct ledger)."""
     ledger = session.ledger()
     check_plan(spec.method, session.plan, ledger)
     if spec.epsilon is not None and accounting == "suite":
-        spent = ledger.epsilon(spec.delta)
+        spent = ledger_cache.epsilon(ledger, spec.delta)
         if spent > spec.epsilon:
             raise PrivacyContractError(
                 f"method {spec.method} spent epsilon {spent:.6g} > target {spec.epsilon}: its "
@@ -213,7 +225,7 @@ def recorded_ledger(spec: TrialSpec, session: PrivacySession, accounting: str) -
     return ledger
 
 
-def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRow:
+def _row(spec, method, fitted, privacy, spent, checks, wall, phases, task, val, test) -> TrialRow:
     return TrialRow(
         trial_id=spec.trial_id,
         config_id=spec.config_id,
@@ -221,7 +233,7 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRo
         knob_name=None if method.knob is None else method.knob.name,
         privacy_notion=fitted.privacy_notion if privacy is not None else "non-private",
         epsilon_spent=spent,
-        epsilon_checks=check_ledger(fitted.ledger, spec.delta, spent),
+        epsilon_checks=checks,
         target_accounting=fitted.target_accounting,
         wall_seconds=wall,
         n_train=len(task.train),
@@ -233,6 +245,7 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRo
         info={
             **{k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()},
             **({"noise_sampler": NOISE_SAMPLERS[spec.secure_noise]} if privacy else {}),
+            "phase_seconds": phases,
         },
         ledger=fitted.ledger.to_json(),
         stamp=stamp(str(fitted.device)),
