@@ -46,14 +46,18 @@ TUNE = {
 def built(tmp_path_factory):
     """One tiny tune and its figure. Reports and the ledgers' independent cross-checks are
     skipped for speed: the builder reads neither (it reads the stores)."""
+    from fairbench.privacy import ledger_cache
     from fairbench.workflows.tune import run_tune
 
     root = tmp_path_factory.mktemp("privacy-cost")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("fairbench.workflows.tune.write_report", lambda run_dir: None)
-        patch.setattr("fairbench.runner.trial.check_ledger", lambda *args: {})
-        _, failures = run_tune(TuneConfig.model_validate(TUNE), root / "tune", workers=1,
-                               quiet=True, charge=False, warn=lambda _: None)  # fmt: skip
+        patch.setattr("fairbench.privacy.ledger_cache.check_ledger", lambda *args: {})
+        try:
+            _, failures = run_tune(TuneConfig.model_validate(TUNE), root / "tune", workers=1,
+                                   quiet=True, charge=False, warn=lambda _: None)  # fmt: skip
+        finally:  # no skipped cross-check may stay cached for later tests
+            ledger_cache.cache_clear()
     assert failures == []  # the infeasible raco-dp draws are not failures
     written = build([root / "tune"], root / "fig")
     return root, written

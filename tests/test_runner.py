@@ -33,11 +33,14 @@ def write_config(tmp_path, data, name="exp.yaml"):
 
 
 def without_timing(rows):
-    """Result rows keyed by trial, minus wall time (the only field allowed to differ)."""
-    return {
-        key: {k: v for k, v in json.loads(row).items() if k != "wall_seconds"}
-        for key, row in rows.items()
-    }
+    """Result rows keyed by trial, minus wall time and its split into phases (the only fields
+    allowed to differ)."""
+    out = {}
+    for key, row in rows.items():
+        record = {k: v for k, v in json.loads(row).items() if k != "wall_seconds"}
+        record["info"] = {k: v for k, v in record["info"].items() if k != "phase_seconds"}
+        out[key] = record
+    return out
 
 
 def read_results(run_dir):
@@ -436,11 +439,33 @@ def test_bench_times_a_whole_figure_and_splits_it_by_method(cli, tmp_path):
         "seeds: 2\nmethods: [{name: erm}, {name: dp-sgd, hparams: {epochs: 1}}]\n"
     )
     code, out, err = cli("bench", "--figure", str(config), "--workers", "1", "--json",
-                         "--out", str(tmp_path / "timing"))  # fmt: skip
+                         "--rounds", "2", "--out", str(tmp_path / "timing"))  # fmt: skip
     assert code == 0, err
     result = json.loads(out)
     assert (result["figure"], result["trials"], result["failed"]) == ("mini", 4, 0)
     assert {k: v["trials"] for k, v in result["methods"].items()} == {"erm": 2, "dp-sgd": 2}
     shares = sum(v["wall_seconds_share"] for v in result["methods"].values())
     assert shares == pytest.approx(result["wall_seconds"])
-    assert (tmp_path / "timing" / "mini_time.json").is_file()
+    assert json.loads((tmp_path / "timing" / "mini_time.json").read_text()) == result
+    # the figure in DP-SGD steps timed in the same process, before and after it
+    wall, step = result["wall_seconds"], result["dp_sgd_step_seconds"]
+    assert step["mean"] == pytest.approx((step["before"] + step["after"]) / 2)
+    assert min(step["before"], step["after"]) > 0
+    assert result["wall_in_dp_sgd_steps"] == pytest.approx(wall / step["mean"])
+    assert result["trials_per_second"] == pytest.approx(4 / wall)
+    # the trials' phases: stored wall time = fit + accounting; all four within the run's wall
+    phases = dict(result["trial_phases"])
+    total = phases.pop("total")
+    assert set(phases) == {"fit", "accounting", "data", "evaluation"}
+    assert sum(p["seconds"] for p in phases.values()) == pytest.approx(total)
+    assert sum(p["share"] for p in phases.values()) == pytest.approx(1.0)
+    assert total <= wall * result["workers"]
+    stored = sum(m["trial_seconds"] for m in result["methods"].values())
+    assert stored == pytest.approx(phases["fit"]["seconds"] + phases["accounting"]["seconds"])
+    # the process: one worker ran the trials here (no pool imports); the report was timed
+    core = result["core_seconds"]
+    assert core["total"] == pytest.approx(wall + result["report_seconds"])
+    parts = {k: v["seconds"] for k, v in core.items() if k != "total"}
+    assert sum(parts.values()) == pytest.approx(core["total"]) and parts["other"] >= 0
+    assert parts["imports"] == 0 and result["import_seconds"] > 0
+    assert parts["report"] == result["report_seconds"] > 0

@@ -67,11 +67,12 @@ def bench(
     workers: Annotated[int | None, typer.Option(min=1, help="--figure: processes")] = None,
 ) -> None:
     """Median wall time per training step of each method, and ratios to DP-SGD; or, with
-    --figure, the wall time of a whole figure run and each method's share."""
+    --figure, the wall time of a whole figure run, in seconds and in DP-SGD steps timed in the
+    same process (--rounds, --batch-size), and each method's and phase's share."""
     from fairbench.workflows.bench import fit_times, step_times, write_step_table
 
     if figure is not None:
-        _bench_figure(figure, out, workers, as_json)
+        _bench_figure(figure, out, workers, as_json, rounds, batch_size)
         return
 
     device = _bench_device(device)
@@ -115,29 +116,51 @@ def _bench_device(device: str) -> str:
     return resolved
 
 
-def _bench_figure(figure: str, out: Path | None, workers: int | None, as_json: bool) -> None:
+def _bench_figure(
+    figure: str, out: Path | None, workers: int | None, as_json: bool, rounds: int, batch: int
+) -> None:
     import tempfile
 
     from fairbench.runner.execute import default_workers
     from fairbench.workflows.bench import figure_time
 
     with tempfile.TemporaryDirectory() as scratch:
-        result = figure_time(figure, Path(scratch) / "run", workers or default_workers())
+        result = figure_time(figure, Path(scratch) / "run", workers or default_workers(),
+                             step_rounds=rounds, batch_size=batch)  # fmt: skip
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{result['figure']}_time.json").write_text(json.dumps(result, indent=2) + "\n")
     if as_json:
         print(json.dumps(result, indent=2))
         return
-    minutes = result["wall_seconds"] / 60
+    wall = result["wall_seconds"]
+    step = result["dp_sgd_step_seconds"]
     console.print(f"{result['figure']}: {result['trials']} trials ({result['failed']} failed) "
-                  f"in {minutes:.1f} min on {result['workers']} workers")  # fmt: skip
+                  f"in {wall:.1f} s ({wall / 60:.1f} min) on {result['workers']} workers, "
+                  f"{result['trials_per_second']:.2f} trials/s", soft_wrap=True)  # fmt: skip
+    console.print(f"DP-SGD step ({step['dataset']}, batch {step['batch_size']}, 1 thread): "
+                  f"{step['before'] * 1e3:.3f} ms before, {step['after'] * 1e3:.3f} ms after, "
+                  f"mean {step['mean'] * 1e3:.3f} ms: the figure costs "
+                  f"{result['wall_in_dp_sgd_steps']:,.0f} DP-SGD steps of wall time",
+                  soft_wrap=True)  # fmt: skip
+    core = result["core_seconds"]
+    table = Table(title=f"where the time went ({result['workers']} workers x wall + report)")
+    for col in ("phase", "core seconds", "share"):
+        table.add_column(col)
+    names = {"fit": "fit (steps, calibration)", "accounting": "accounting (after fit)",
+             "data": "data", "evaluation": "evaluation", "imports": "imports (workers)",
+             "report": "report", "other": "other (pool, store, idle)"}  # fmt: skip
+    for phase, label in names.items():
+        table.add_row(label, f"{core[phase]['seconds']:.1f}", f"{core[phase]['share']:.1%}")
+    table.add_row("total", f"{core['total']:.1f}", "")
+    console.print(table)
     table = Table(title="time per method")
-    for col in ("method", "trials", "trial seconds (sum)", "wall minutes (share)"):
+    for col in ("method", "trials", "trial seconds (sum)", "wall minutes (share)", "accounting s"):
         table.add_column(col)
     for label, m in result["methods"].items():
         table.add_row(escape(label), str(m["trials"]), f"{m['trial_seconds']:.0f}",
-                      f"{m['wall_seconds_share'] / 60:.1f}")  # fmt: skip
+                      f"{m['wall_seconds_share'] / 60:.1f}",
+                      f"{m['phase_seconds']['accounting']:.1f}")  # fmt: skip
     console.print(table)
 
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fairbench.privacy.crosscheck import check_ledger
+from fairbench.privacy import ledger_cache
 from fairbench.privacy.ledger import PrivacyLedger
 
 RECOMPUTE_TOLERANCE = 1e-6  # relative: the stored epsilon must be what the ledger gives
@@ -27,14 +27,15 @@ class Finding:
 def verify_rows(rows: list[dict[str, Any]]) -> list[Finding]:
     """One finding per private trial: its ledger re-accounted and cross-checked. A trial is
     flagged when its recomputed epsilon exceeds a target the suite calibrated to, differs from
-    the stored one, or falls outside an independent bound."""
+    the stored one, or falls outside an independent bound. Each distinct ledger is accounted
+    once (`ledger_cache`)."""
     findings = []
     for row in rows:
         if row.get("epsilon") is None:
             continue
         ledger = PrivacyLedger.from_json(row["ledger"])
-        recomputed = ledger.epsilon(row["delta"])
-        checks = check_ledger(ledger, row["delta"], recomputed)
+        recomputed = ledger_cache.epsilon(ledger, row["delta"])  # as the runner accounts it
+        checks = ledger_cache.cross_check(ledger, row["delta"])
         problems = list(checks["problems"])
         suite_target = row.get("target_accounting", "suite") == "suite"
         if suite_target and recomputed > row["epsilon"]:

@@ -17,8 +17,7 @@ from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
 from fairbench.methods.base import Trial, resolve_device
-from fairbench.privacy import PrivacyBudget, PrivacyLedger
-from fairbench.privacy.crosscheck import check_ledger
+from fairbench.privacy import PrivacyBudget, PrivacyLedger, ledger_cache
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.rundir.row import TrialRow
 from fairbench.runner.stamp import stamp
@@ -187,33 +186,40 @@ def run_trial(spec: TrialSpec) -> TrialRow:
 
 
 def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
-    """Fit trials that differ only in seed and knob (`TrialSpec.stack_key`) as one
-    stacked program where the method stacks (else one after another), then evaluate each.
-    A trial's stored wall time is its share of the stack's fitting time plus its own
-    accounting (evaluation is not counted)."""
+    """Fit trials that differ only in seed and knob (`TrialSpec.stack_key`) as one stacked
+    program where the method stacks (else one after another), then account and evaluate each.
+
+    A trial's `wall_seconds` is its share of the stack's fit plus the accounting of its own
+    ledger (epsilon, plan check, cross-checks; cached per distinct ledger by
+    `privacy.ledger_cache`, hit or miss counted); `info["phase_seconds"]` splits the whole
+    trial into `data` (loading the tasks, cached per process; shared like the fit), `fit`,
+    `accounting` and `evaluation` (both held-out splits' metrics)."""
     first = specs[0]
     if any(spec.stack_key != first.stack_key for spec in specs):
         raise ValueError("a stack's trials must differ only in seed and knob")
+    began = time.perf_counter()
+    tasks = [load_task(spec) for spec in specs]
+    loaded = time.perf_counter()
     method = get_method(first.method, **first.hparams)
     privacy = PrivacyBudget(first.epsilon, first.delta) if first.epsilon is not None else None
-    start = time.perf_counter()
-    tasks = [load_task(spec) for spec in specs]
     trials = [Trial(task, FairnessSpec(s.constraint, s.knob, s.constraint_definition),
                     PrivacySession(s.seed, resolve_device(s.device), privacy,
                                    secure_noise=s.secure_noise))
               for s, task in zip(specs, tasks, strict=True)]  # fmt: skip
     fits = method.fit_stack(trials)
-    share = (time.perf_counter() - start) / len(specs)
-    return [_evaluated(spec, method, fitted, trial, privacy, share)
+    shared = {"data": (loaded - began) / len(specs),
+              "fit": (time.perf_counter() - loaded) / len(specs)}  # fmt: skip
+    return [_evaluated(spec, method, fitted, trial, privacy, shared)
             for spec, fitted, trial in zip(specs, fits, trials, strict=True)]  # fmt: skip
 
 
-def _evaluated(spec, method, fitted, trial, privacy, fit_seconds) -> TrialRow:
+def _evaluated(spec, method, fitted, trial, privacy, shared: dict[str, float]) -> TrialRow:
     start = time.perf_counter()
     task = trial.task
     fitted.ledger = recorded_ledger(spec, trial.session, fitted.target_accounting)
-    spent = fitted.ledger.epsilon(spec.delta)
-    wall = fit_seconds + time.perf_counter() - start
+    spent = ledger_cache.epsilon(fitted.ledger, spec.delta)
+    checks = ledger_cache.cross_check(fitted.ledger, spec.delta)
+    accounted = time.perf_counter()
     if task.kind == "regression" or spec.constraint == "bounded_group_loss":
         val = evaluate_group_loss(fitted, task.val, task, spec.knob)
         test = evaluate_group_loss(fitted, task.test, task, spec.knob)
@@ -227,16 +233,20 @@ def _evaluated(spec, method, fitted, trial, privacy, fit_seconds) -> TrialRow:
         builtin = spec.constraint_definition is None
         val = evaluate(fitted, task.val, task, rate_set, builtin)
         test = evaluate(fitted, task.test, task, rate_set, builtin)
-    return _row(spec, method, fitted, privacy, spent, wall, task, val, test)
+    phases = {**shared, "accounting": accounted - start,
+              "evaluation": time.perf_counter() - accounted}  # fmt: skip
+    wall = shared["fit"] + phases["accounting"]
+    return _row(spec, method, fitted, privacy, spent, checks, wall, phases, task, val, test)
 
 
 def recorded_ledger(spec: TrialSpec, session: PrivacySession, accounting: str) -> PrivacyLedger:
     """The trial's ledger: what its session recorded, refused (`PrivacyContractError`) when it
-    differs from the method's plan or spends more than the target epsilon."""
+    differs from the method's plan or spends more than the target epsilon (the epsilon from
+    `privacy.ledger_cache`, computed once per distinct ledger)."""
     ledger = session.ledger()
     check_plan(spec.method, session.plan, ledger)
     if spec.epsilon is not None and accounting == "suite":
-        spent = ledger.epsilon(spec.delta)
+        spent = ledger_cache.epsilon(ledger, spec.delta)
         if spent > spec.epsilon:
             raise PrivacyContractError(
                 f"method {spec.method} spent epsilon {spent:.6g} > target {spec.epsilon}: its "
@@ -245,7 +255,7 @@ def recorded_ledger(spec: TrialSpec, session: PrivacySession, accounting: str) -
     return ledger
 
 
-def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRow:
+def _row(spec, method, fitted, privacy, spent, checks, wall, phases, task, val, test) -> TrialRow:
     return TrialRow(
         trial_id=spec.trial_id,
         config_id=spec.config_id,
@@ -253,7 +263,7 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRo
         knob_name=None if method.knob is None else method.knob.name,
         privacy_notion=fitted.privacy_notion if privacy is not None else "non-private",
         epsilon_spent=spent,
-        epsilon_checks=check_ledger(fitted.ledger, spec.delta, spent),
+        epsilon_checks=checks,
         target_accounting=fitted.target_accounting,
         wall_seconds=wall,
         n_train=len(task.train),
@@ -265,6 +275,7 @@ def _row(spec, method, fitted, privacy, spent, wall, task, val, test) -> TrialRo
         info={
             **{k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()},
             **({"noise_sampler": NOISE_SAMPLERS[spec.secure_noise]} if privacy else {}),
+            "phase_seconds": phases,
         },
         ledger=fitted.ledger.to_json(),
         stamp=stamp(str(fitted.device)),

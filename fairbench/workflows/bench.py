@@ -3,13 +3,16 @@
 Each method's `stepper` runs exactly the code its `fit` runs (batch sampling included).
 Methods are timed in interleaved rounds of a few steps each, so drift in machine load hits all
 of them alike; the reported figure is the median over rounds of the mean step time.
-`figure_time` times a whole figure run from scratch through the runner, with each method's share.
+`figure_time` times a whole figure run from scratch through the runner, in seconds and in DP-SGD
+steps measured in the same process, with each method's and each phase's share.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -149,11 +152,49 @@ def write_step_table(result: dict[str, Any], folder: Path) -> None:
     (folder / "step_time.md").write_text("\n".join(lines) + "\n")
 
 
-def figure_time(config_name: str, run_dir: Path, workers: int) -> dict[str, Any]:
-    """Wall time of a whole figure run from scratch (`run_dir` must not hold one), with each
-    method's share: the sum of its trials' seconds, and the wall time attributed to it in
-    proportion to that sum (workers run trials of all methods side by side)."""
+TRIAL_PHASES = ("fit", "accounting", "data", "evaluation")  # `info["phase_seconds"]` of a row
+
+
+def import_seconds(module: str = "fairbench.runner.trial") -> float:
+    """Wall seconds a fresh interpreter takes to start and import `module` (torch and every
+    built-in method included): what each worker process of a run pays before its first trial."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def dp_sgd_step_seconds(batch_size: int = 512, rounds: int = 60) -> dict[str, Any]:
+    """`step_times` of DP-SGD alone, with one torch thread as the run's workers have: the unit
+    a figure's wall time is expressed in."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = step_times([("dp-sgd", "dp-sgd", {})], batch_size=batch_size, rounds=rounds)
+    finally:
+        torch.set_num_threads(threads)
+    return {"seconds": result["step_seconds"]["dp-sgd"], "dataset": result["dataset"]}
+
+
+def figure_time(
+    config_name: str, run_dir: Path, workers: int, step_rounds: int = 60, batch_size: int = 512
+) -> dict[str, Any]:
+    """Wall time of a whole figure run from scratch (`run_dir` must not hold one), in seconds
+    and in DP-SGD steps, with where it went.
+
+    In one process: the DP-SGD step time (`dp_sgd_step_seconds`) just before and just after
+    the trials run, so `wall_in_dp_sgd_steps` (wall / their mean) compares runs across
+    machines and load; trials per second; each method's share (the sum of its trials' stored
+    seconds, fit and accounting, and the wall time attributed to it in proportion, as workers
+    run trials of all methods side by side); `trial_phases`, the summed seconds of every
+    trial's phases (`info["phase_seconds"]`: fit, i.e. the steps and calibration,
+    accounting, data, evaluation) and their shares; `core_seconds`, the run's
+    workers x wall plus the report, split into those phases, the workers' imports (a fresh
+    interpreter's `import_seconds` per pool process; none when trials run in this process)
+    and writing the report (`fairbench run` writes it after the trials), the rest `other`
+    (pool start-up, moving results, the store, workers idle at the tail).
+    """
     from fairbench.errors import ConfigError
+    from fairbench.report import write_report
     from fairbench.rundir.store import finished_rows
     from fairbench.runner.config import load_config
     from fairbench.runner.execute import execute, prepare_run
@@ -161,16 +202,56 @@ def figure_time(config_name: str, run_dir: Path, workers: int) -> dict[str, Any]
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(f"{run_dir} is not empty; a figure is timed from scratch")
     config = load_config(config_name)
+    before = dp_sgd_step_seconds(batch_size, step_rounds)
     start = time.perf_counter()
-    summary = execute(prepare_run(config, run_dir, warn=lambda _: None), run_dir, workers, True)
+    specs = prepare_run(config, run_dir, warn=lambda _: None)
+    summary = execute(specs, run_dir, workers, True)
     wall = time.perf_counter() - start
-    rows = pd.DataFrame(finished_rows(run_dir, "time"))
-    per_label = rows.groupby("label")["wall_seconds"].agg(["count", "sum"])
-    total = float(per_label["sum"].sum())
-    methods = {
-        label: {"trials": int(r["count"]), "trial_seconds": float(r["sum"]),
-                "wall_seconds_share": wall * float(r["sum"]) / total}
-        for label, r in per_label.sort_values("sum", ascending=False).iterrows()
+    after = dp_sgd_step_seconds(batch_size, step_rounds)
+    rows = pd.DataFrame(finished_rows(run_dir, "time")) if summary.done else pd.DataFrame()
+    report = None
+    if summary.done:
+        start = time.perf_counter()
+        write_report(run_dir)
+        report = time.perf_counter() - start
+    imports = import_seconds()
+    pool = workers > 1 and len(specs) > 1  # else the trials ran in this process
+    step = (before["seconds"] + after["seconds"]) / 2
+
+    phases = {p: 0.0 for p in TRIAL_PHASES}
+    methods: dict[str, Any] = {}
+    if len(rows):
+        split = rows["info"].map(lambda info: info["phase_seconds"]).apply(pd.Series)
+        phases = {p: float(split[p].sum()) for p in TRIAL_PHASES}
+        per_label = rows.groupby("label")["wall_seconds"].agg(["count", "sum"])
+        total = float(per_label["sum"].sum())
+        for label, r in per_label.sort_values("sum", ascending=False).iterrows():
+            mine = split[rows["label"] == label].sum()
+            methods[label] = {
+                "trials": int(r["count"]),
+                "trial_seconds": float(r["sum"]),
+                "wall_seconds_share": wall * float(r["sum"]) / total,
+                "phase_seconds": {p: float(mine[p]) for p in TRIAL_PHASES},
+            }
+    trial_total = sum(phases.values())
+    core = {**phases, "imports": imports * workers if pool else 0.0, "report": report or 0.0}
+    core_total = workers * wall + (report or 0.0)
+    core["other"] = core_total - sum(core.values())
+    return {
+        "figure": config.name, "trials": len(rows), "failed": len(summary.failed),
+        "workers": workers, "wall_seconds": wall,
+        "trials_per_second": len(rows) / wall,
+        "dp_sgd_step_seconds": {"before": before["seconds"], "after": after["seconds"],
+                                "mean": step, "dataset": before["dataset"],
+                                "batch_size": batch_size, "rounds": step_rounds,
+                                "torch_threads": 1},
+        "wall_in_dp_sgd_steps": wall / step,
+        "trial_phases": {"total": trial_total,
+                         **{p: {"seconds": s, "share": s / trial_total if trial_total else 0.0}
+                            for p, s in phases.items()}},
+        "import_seconds": imports,
+        "report_seconds": report,
+        "core_seconds": {"total": core_total,
+                         **{p: {"seconds": s, "share": s / core_total} for p, s in core.items()}},
+        "methods": methods,
     }  # fmt: skip
-    return {"figure": config.name, "trials": len(rows), "failed": len(summary.failed),
-            "workers": workers, "wall_seconds": wall, "methods": methods}  # fmt: skip
