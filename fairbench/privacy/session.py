@@ -417,30 +417,48 @@ def ledger_of(
     releases: list[Release], notion: PrivacyNotion, parallel_groups: bool = False
 ) -> PrivacyLedger:
     """Releases grouped into rounds (one per Poisson batch, or one per full-data release),
-    identical rounds counted into self-compositions."""
+    identical rounds counted into self-compositions. Each distinct round's event is built
+    and printed once (a run records tens of thousands of identical rounds)."""
     sampled = SubstitutionSampledDpEvent if notion is PrivacyNotion.SENSITIVE_ATTRIBUTE else (
         dp_event.PoissonSampledDpEvent)  # fmt: skip
+    texts: dict[int, str] = {}  # repr by event object: releases keep their events alive
+
+    def text(event: dp_event.DpEvent) -> str:
+        if id(event) not in texts:
+            texts[id(event)] = repr(event)
+        return texts[id(event)]
+
     by_round: dict[int, list[Release]] = {}
-    rounds: list[tuple[str, dp_event.DpEvent, int | None]] = []
+    whole: list[tuple[str, dp_event.DpEvent, int | None]] = []
     for r in releases:
         if r.round is None:
-            rounds.append((r.label, r.event, r.group))
+            whole.append((r.label, r.event, r.group))
         else:
             by_round.setdefault(r.round, []).append(r)
-    batched = []
+    built: dict[tuple, tuple[dp_event.DpEvent, str]] = {}
+    events: dict[str, dp_event.DpEvent] = {}
+    # DpEvents holding lists do not hash; their text does. Insertion order: sampled first
+    counted: Counter[tuple[str, str, int | None]] = Counter()
     for parts in by_round.values():
-        parts = sorted(parts, key=lambda r: repr(r.event))
-        inner = parts[0].event if len(parts) == 1 else dp_event.ComposedDpEvent(
-            [r.event for r in parts])  # fmt: skip
+        parts = sorted(parts, key=lambda r: text(r.event))
         groups = {r.group for r in parts}
         group = groups.pop() if len(groups) == 1 else None
-        batched.append((" + ".join(r.label for r in parts), sampled(parts[0].rate, inner), group))
-    events = {repr(event): event for _, event, _ in batched + rounds}
-    # DpEvents holding lists do not hash; their text does. Insertion order: sampled first
-    counted = Counter((label, repr(event), group) for label, event, group in batched + rounds)
+        label = " + ".join(r.label for r in parts)
+        key = (label, parts[0].rate, tuple(text(r.event) for r in parts), group)
+        if key not in built:
+            inner = parts[0].event if len(parts) == 1 else dp_event.ComposedDpEvent(
+                [r.event for r in parts])  # fmt: skip
+            event = sampled(parts[0].rate, inner)
+            built[key] = (event, repr(event))
+        event, event_text = built[key]
+        events[event_text] = event
+        counted[(label, event_text, group)] += 1
+    for label, event, group in whole:
+        events[text(event)] = event
+        counted[(label, text(event), group)] += 1
     ledger = PrivacyLedger(parallel_groups=parallel_groups)
-    for (label, text, group), times in counted.items():
-        event = events[text]
+    for (label, event_text, group), times in counted.items():
+        event = events[event_text]
         ledger.record(label, event if times == 1 else dp_event.SelfComposedDpEvent(event, times),
                       group)  # fmt: skip
     return ledger
