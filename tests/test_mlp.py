@@ -19,6 +19,7 @@ from fairbench.methods.engine import init_model
 from fairbench.models import MLP, build_model
 from fairbench.privacy import PrivacyLedger, epsilon
 from fairbench.privacy import session as session_module
+from fairbench.privacy import stacked as stacked_module
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import PrivacySession
 from fairbench.rundir.row import TrialRow
@@ -90,7 +91,7 @@ def spy(monkeypatch):
         return method
 
     monkeypatch.setattr(trial, "get_method", get_method_keeping_fits)
-    real_batches = session_module.poisson_batches  # every method's batches come from here
+    real_batches = session_module.poisson_batches  # one-trial programs draw here
 
     def counted(*args, **kwargs):
         next_batch = real_batches(*args, **kwargs)
@@ -102,6 +103,19 @@ def spy(monkeypatch):
         return draw
 
     monkeypatch.setattr(session_module, "poisson_batches", counted)
+    real_rounds = stacked_module.stacked_poisson_batches  # stacked programs draw rounds
+
+    def counted_rounds(*args, **kwargs):
+        next_round = real_rounds(*args, **kwargs)
+
+        def draw():
+            index, mask, sizes = next_round()
+            seen["batches"] += len(index)
+            return index, mask, sizes
+
+        return draw
+
+    monkeypatch.setattr(stacked_module, "stacked_poisson_batches", counted_rounds)
     return seen
 
 

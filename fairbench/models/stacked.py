@@ -11,7 +11,7 @@ the same interface, so a method's step is written once for both.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch import nn
@@ -19,9 +19,6 @@ from torch import nn
 from fairbench.models import LogisticRegression, ModelKind
 from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy.contributions import Contributions, StackedOuterProducts
-
-if TYPE_CHECKING:
-    from fairbench.methods.engine import Gathered
 
 
 @dataclass(frozen=True)
@@ -50,10 +47,10 @@ class StackedLinear:
         """(T, B, d) -> (T, B, K)."""
         return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
 
-    def contributions(self, x, loss, logits, rows: Gathered, x_sq=None) -> StackedOuterProducts:
+    def contributions(self, x, loss, logits, rows, x_sq=None) -> StackedOuterProducts:
         """Each record's gradient of `loss` (whose `logit_grad` maps (T, B, K) logits to
-        dloss/dlogits) as outer products; padding rows contribute nothing. `x_sq`: the rows'
-        squared norms, if known."""
+        dloss/dlogits) as outer products; padding rows (`rows.mask` False) contribute nothing.
+        `x_sq`: the rows' squared norms, if known."""
         return StackedOuterProducts.masked(loss.logit_grad(logits), x, rows.mask, rows.sizes,
                                            x_sq)  # fmt: skip
 
@@ -76,7 +73,7 @@ class OneModel:
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x[0]).unsqueeze(0)
 
-    def contributions(self, x, loss, logits, rows: Gathered, x_sq=None) -> OneTrial:
+    def contributions(self, x, loss, logits, rows, x_sq=None) -> OneTrial:
         return OneTrial(self.per_sample(x[0], lambda z: loss(z.unsqueeze(0)).squeeze(0),
                                         logits=logits[0]))  # fmt: skip
 
