@@ -19,6 +19,7 @@ from fairbench.methods.engine import init_model
 from fairbench.models import MLP, build_model
 from fairbench.privacy import PrivacyLedger, epsilon
 from fairbench.privacy import session as session_module
+from fairbench.privacy import stacked as stacked_module
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import PrivacySession
 from fairbench.rundir.row import TrialRow
@@ -74,7 +75,7 @@ def _one_thread():
 @pytest.fixture
 def spy(monkeypatch):
     """Keeps what `run_trial` fitted, and counts the Poisson batches training drew (one per
-    optimisation step: each is one sampled release)."""
+    optimisation step: each is one sampled release), by a session or a stacked program."""
     seen = {"fitted": [], "batches": 0}
     real_get_method = trial.get_method
 
@@ -102,6 +103,18 @@ def spy(monkeypatch):
         return draw
 
     monkeypatch.setattr(session_module, "poisson_batches", counted)
+    real_rounds = stacked_module.stacked_poisson_batches  # a stacked program's rounds
+
+    def counted_rounds(n, rate, generators, device):
+        next_round = real_rounds(n, rate, generators, device)
+
+        def draw():
+            seen["batches"] += len(generators)  # one batch per trial of the stack
+            return next_round()
+
+        return draw
+
+    monkeypatch.setattr(stacked_module, "stacked_poisson_batches", counted_rounds)
     return seen
 
 
