@@ -19,9 +19,9 @@ FAST = {"epochs": 1, "steps": 5, "max_iter": 3, "iterations": 3, "T": 3}
 KNOBS = {"raco-dp": [0.02, 0.1], "sgda": [0.02, 0.1], "dp-fermi": [0.0, 2.0],
          "cgoo": [0.05, 0.1], "cgoo-nonprivate": [0.05, 0.1], "fairlearn-eg": [0.05, 0.1],
          "dpse": [0.5, 0.7]}  # fmt: skip
-STACKED = ["cgoo", "cgoo-nonprivate", "dp-sgd", "raco-dp", "sgda"]
+STACKED = ["cgoo", "cgoo-nonprivate", "dp-fermi", "dp-sgd", "raco-dp", "sgda"]
 EXTRA = {"raco-dp": {"calibrate": "noise", "batch_size": 64}, "sgda": {"batch_size": 64},
-         "dp-sgd": {"batch_size": 64},
+         "dp-sgd": {"batch_size": 64}, "dp-fermi": {"batch_size": 64},
          "cgoo": {"batch_size": 64}, "cgoo-nonprivate": {"batch_size": 64}}  # fmt: skip
 # longer runs: more than 40 steps; cgoo's epochs are per oracle call (6 steps at batch 64)
 LONGER = {"raco-dp": {"calibrate": "noise", "epochs": 10}, "cgoo": {"iterations": 10},
@@ -145,3 +145,22 @@ def test_mixture_components_are_copies_of_their_own_trial_alone(tasks):
         first = fitted.components[0]
         assert not all(torch.equal(p, q) for p, q in zip(first.parameters(), last.parameters(),
                                                           strict=True))  # fmt: skip
+
+
+def test_dp_fermi_splits_a_stack_by_schedule(tasks, monkeypatch):
+    """lambda = 0 and lambda > 0 trials run different schedules: one stack becomes one
+    sub-stack per schedule, each trial in its own."""
+    method = fast("dp-fermi", batch_size=64)
+    sizes = []
+    program = method._program
+
+    def spy(trials, steps=None):
+        sizes.append(sorted(t.fairness.knob for t in trials))
+        return program(trials, steps)
+
+    monkeypatch.setattr(method, "_program", spy)
+    trials = trials_of("dp-fermi", tasks)
+    fits = method.fit_stack(trials)
+    assert sizes == [[0.0, 0.0], [2.0, 2.0]]
+    assert [f.info["lambda"] for f in fits] == [t.fairness.knob for t in trials]
+    assert fits[0].info["noise_multiplier"] < fits[1].info["noise_multiplier"]  # W's release
