@@ -114,7 +114,8 @@ class FermiObjective:
     Shapes: y, s, inv_sqrt_p (..., B) and logits (..., B, l), with any leading axes (a
     stack's trial axis T). `w_rows`: W of each record's cell (..., B, k, l); `inv_sqrt_p`:
     p^(-1/2) of each record's (cell, group); `s`: each record's group; `lam`: a float, or one
-    per trial as a (T, 1) tensor.
+    per trial as a (T, 1) tensor; `soft`: softmax(logits) at the current parameters, if
+    already known.
     """
 
     def __init__(
@@ -125,8 +126,9 @@ class FermiObjective:
         inv_sqrt_p: torch.Tensor,
         lam: float | torch.Tensor,
         part: Part = "all",
+        soft: torch.Tensor | None = None,
     ) -> None:
-        self.y, self.lam, self.part = y, lam, part
+        self.y, self.lam, self.part, self.soft = y, lam, part, soft
         self._lam = lam.unsqueeze(-1) if isinstance(lam, torch.Tensor) else lam  # (T, 1, 1)
         own = s[..., None, None].expand(*s.shape, 1, w_rows.shape[-1])
         self.public_coef = -(w_rows**2).sum(dim=-2)  # d psi_public / dF  (..., B, l)
@@ -149,7 +151,7 @@ class FermiObjective:
 
     def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
         """softmax Jacobian applied to the coefficients, plus softmax(z) - onehot(y)."""
-        soft = torch.softmax(logits, dim=-1)
+        soft = torch.softmax(logits, dim=-1) if self.soft is None else self.soft
         coef = self._coef()
         grad = soft * (coef - (coef * soft).sum(dim=-1, keepdim=True))
         if self.part != "sensitive":
@@ -353,9 +355,10 @@ class DPFermi(Method):
             w_rows = w.view(-1, k, l).index_select(0, cells.reshape(-1)).view(*cb.shape, k, l)
             ip = flat_p.index_select(0, (cells * k + sb).reshape(-1)).view(cb.shape)
             logits = stack.logits(xb)
+            soft = torch.softmax(logits, dim=-1)  # once for theta's and W's gradients
 
             def contributions(part: Part):
-                objective = FermiObjective(yb, sb, w_rows, ip, lam, part)
+                objective = FermiObjective(yb, sb, w_rows, ip, lam, part, soft)
                 return stack.contributions(xb, objective, logits, rows, x_sq)
 
             if sensitive:  # the group-free part is public: exact; the group term is noised
@@ -369,7 +372,7 @@ class DPFermi(Method):
             stack.descend(grads, hp.lr / scale)
             if not positive:
                 return
-            public_w, group_w = w_gradients(torch.softmax(logits, dim=-1), sb, w_rows, ip)
+            public_w, group_w = w_gradients(soft, sb, w_rows, ip)
 
             def scattered(values: torch.Tensor) -> StackedScattered:
                 return StackedScattered.masked(values, cb, n_cells, rows.mask, rows.sizes)
