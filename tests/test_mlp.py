@@ -75,7 +75,7 @@ def _one_thread():
 @pytest.fixture
 def spy(monkeypatch):
     """Keeps what `run_trial` fitted, and counts the Poisson batches training drew (one per
-    optimisation step: each is one sampled release)."""
+    optimisation step: each is one sampled release), by a session or a stacked program."""
     seen = {"fitted": [], "batches": 0}
     real_get_method = trial.get_method
 

@@ -19,9 +19,13 @@ FAST = {"epochs": 1, "steps": 5, "max_iter": 3, "iterations": 3, "T": 3}
 KNOBS = {"raco-dp": [0.02, 0.1], "sgda": [0.02, 0.1], "dp-fermi": [0.0, 2.0],
          "cgoo": [0.05, 0.1], "cgoo-nonprivate": [0.05, 0.1], "fairlearn-eg": [0.05, 0.1],
          "dpse": [0.5, 0.7]}  # fmt: skip
-STACKED = ["dp-sgd", "raco-dp", "sgda"]
+STACKED = ["cgoo", "cgoo-nonprivate", "dp-fermi", "dp-sgd", "raco-dp", "sgda"]
 EXTRA = {"raco-dp": {"calibrate": "noise", "batch_size": 64}, "sgda": {"batch_size": 64},
-         "dp-sgd": {"batch_size": 64}}  # fmt: skip
+         "dp-sgd": {"batch_size": 64}, "dp-fermi": {"batch_size": 64},
+         "cgoo": {"batch_size": 64}, "cgoo-nonprivate": {"batch_size": 64}}  # fmt: skip
+# longer runs: more than 40 steps; cgoo's epochs are per oracle call (6 steps at batch 64)
+LONGER = {"raco-dp": {"calibrate": "noise", "epochs": 10}, "cgoo": {"iterations": 10},
+          "cgoo-nonprivate": {"iterations": 10}}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +70,11 @@ def test_a_stack_gives_every_trial_its_result_alone(name, tasks):
 
 @pytest.mark.parametrize("name", STACKED)
 def test_longer_stacked_runs_stay_within_float32_reduction_order(name, tasks):
-    extra = {"calibrate": "noise"} if name == "raco-dp" else {}
-    method = get_method(name, epochs=10, batch_size=64, **extra)
+    method = get_method(name, batch_size=64, **LONGER.get(name, {"epochs": 10}))
     stacked = method.fit_stack(trials_of(name, tasks))
     for s, trial in zip(stacked, trials_of(name, tasks), strict=True):
         a = method.fit_stack([trial])[0]
-        assert s.info["steps"] == a.info["steps"] > 40
+        assert s.budget.steps == a.budget.steps > 40
         for p, q in zip(parameters(s), parameters(a), strict=True):
             assert float((p - q).abs().max()) <= 1e-5
 
@@ -101,9 +104,10 @@ def test_work_units_stack_only_what_may_share_a_program():
     units = work_units(specs)
     assert sorted(s.trial_id for u in units for s in u) == sorted(s.trial_id for s in specs)
     stacks = [u for u in units if len(u) > 1]
-    assert [len(u) for u in stacks] == [6, 6] and [u[0].epsilon for u in stacks] == [3.0, 1.0]
+    assert [len(u) for u in stacks] == [6, 6, 2]
+    assert [u[0].epsilon for u in stacks] == [3.0, 1.0, 1.0]  # larger epsilon first
     assert all(len({s.stack_key for s in u}) == 1 for u in stacks)
-    assert all(u[0].method == "raco-dp" for u in stacks)  # cgoo and the mlp run alone
+    assert [u[0].method for u in stacks] == ["raco-dp", "raco-dp", "cgoo"]  # the mlp: alone
     assert [len(u) for u in work_units(specs[:12], max_stack=4)] == [3, 3, 3, 3]
 
     # the stacks are the config's: a shuffled grid gives the same ones
@@ -125,3 +129,42 @@ def test_the_runner_stores_a_stack_as_the_trials_alone():
         assert row.wall_seconds > 0
     with pytest.raises(ValueError, match="differ only in seed and knob"):
         run_stack([specs[0], spec("raco-dp", 0, 0.05, 3.0, epochs=1, calibrate="noise")])
+
+
+def test_mixture_components_are_copies_of_their_own_trial_alone(tasks):
+    """A stacked model's parameters are views into the stack; each CGOO component is a copy
+    of its own trial's parameters only (not of the whole stack), frozen at its iteration."""
+    method = fast("cgoo", batch_size=64)
+    fits = method.fit_stack(trials_of("cgoo", tasks))
+    for fitted in fits:
+        assert len(fitted.components) == FAST["iterations"]
+        live = [p.data_ptr() for p in fitted.model.parameters()]
+        for component in fitted.components:
+            for p in component.parameters():
+                assert p.untyped_storage().nbytes() == p.numel() * p.element_size()
+                assert p.data_ptr() not in live
+        last = fitted.components[-1]  # the last component is the final model's copy
+        for p, q in zip(last.parameters(), fitted.model.parameters(), strict=True):
+            assert torch.equal(p, q)
+        first = fitted.components[0]
+        assert not all(torch.equal(p, q) for p, q in zip(first.parameters(), last.parameters(),
+                                                          strict=True))  # fmt: skip
+
+
+def test_dp_fermi_splits_a_stack_by_schedule(tasks, monkeypatch):
+    """lambda = 0 and lambda > 0 trials run different schedules: one stack becomes one
+    sub-stack per schedule, each trial in its own."""
+    method = fast("dp-fermi", batch_size=64)
+    sizes = []
+    program = method._program
+
+    def spy(trials, steps=None):
+        sizes.append(sorted(t.fairness.knob for t in trials))
+        return program(trials, steps)
+
+    monkeypatch.setattr(method, "_program", spy)
+    trials = trials_of("dp-fermi", tasks)
+    fits = method.fit_stack(trials)
+    assert sizes == [[0.0, 0.0], [2.0, 2.0]]
+    assert [f.info["lambda"] for f in fits] == [t.fairness.knob for t in trials]
+    assert fits[0].info["noise_multiplier"] < fits[1].info["noise_multiplier"]  # W's release

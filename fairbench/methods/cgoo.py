@@ -35,15 +35,18 @@ The constraint term (`play`):
   ever grows. On Adult, demographic parity, α = 0.02, the multiplier settles near 0.32.
   Non-private error is 0.166 at gap 0.022, against fairlearn's 0.165 at 0.026.
 
-Device. The game runs where the model trains: the released statistics, costs, multipliers and
-G are device tensors and an iteration reads nothing on the host (`Game.move`); the trace and
-G reach the host once, after training.
-
 Privacy: T Gaussian count releases and T * steps Poisson-sampled Gaussian gradient sums, all
 in one ledger and accounted by the suite's PLD. `count_share` sets the split: the counts get
 the noise that would spend that fraction of the target epsilon on their own. The oracle's
 noise is then calibrated so the whole composition meets the target. The paper instead uses
 advanced composition with a per-call (epsilon', delta'), which is far looser.
+
+Stacked trials (`train_stack`, logistic models): trials that differ in seed and alpha play
+their games side by side. Each iteration's count release, costs and relabelling stay per
+trial (on the device, once per iteration); the oracle steps, the bulk of the time, run as
+one tensor program over the trials (`fairbench.methods.engine`), each trial on its own
+Poisson batches with its own targets and weights and its own mechanism's noise. An MLP trains
+one trial at a time through the same code.
 """
 
 from __future__ import annotations
@@ -68,15 +71,17 @@ from fairbench.methods.base import (
     Fitted,
     Method,
     TrainingHparams,
+    Trial,
     resolve_device,
 )
-from fairbench.methods.engine import Schedule, init_model, train_tensors
+from fairbench.methods.engine import Schedule, StackedData, expected_batch, init_models
 from fairbench.methods.knob import Direction, Knob
-from fairbench.models.grad_sample import PerSampleGradients
+from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import PrivacySession
+from fairbench.privacy.stacked import gaussian_sums, poisson_rounds
 from fairbench.task import Task
 
 OBJECTIVES: dict[str, go.Objective] = {
@@ -105,25 +110,59 @@ class CGOOHparams(TrainingHparams):
 
 @dataclass(frozen=True)
 class Reduction:
-    """One trial's reductions game, ready to play: the model (the current component), the
-    oracle's schedule, the count noise, and the three moves of an iteration."""
+    """T trials' reductions games, ready to play (one trial's game when T = 1): each trial's
+    model (its current component; views into the stack for logistic models), the oracle's
+    schedule and the count noise they share, and the moves of an iteration: per trial,
+    `statistics(t)` releases trial t's current classifier's l(c, D) and `relabel(t, costs)`
+    sets its oracle's targets and weights; `step()` is one DP-SGD step of every trial's
+    oracle, each on its own Poisson batch, as one tensor program."""
 
-    model: nn.Module
+    models: list[nn.Module]
     schedule: Schedule
     count_std: float
-    statistics: Callable[[], torch.Tensor]  # release the current classifier's l(c, D)
-    relabel: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # costs -> (z, w)
-    step: Callable[[torch.Tensor, torch.Tensor], None]  # one DP-SGD step of the oracle
+    statistics: Callable[[int], torch.Tensor]
+    relabel: Callable[[int, torch.Tensor], None]
+    step: Callable[[], None]
+
+
+class WeightedCrossEntropy:
+    """Per-record weight times cross-entropy against the relabelled targets, with its
+    closed-form logit gradient (the linear fast path's contract). Shapes: z, w (..., B),
+    logits (..., B, K)."""
+
+    def __init__(self, z: torch.Tensor, w: torch.Tensor) -> None:
+        self.z, self.w = z, w
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        losses = F.cross_entropy(logits.flatten(0, -2), self.z.flatten(), reduction="none")
+        return self.w * losses.view(self.z.shape)
+
+    def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
+        """(softmax(z) - onehot(target)) times the record's weight."""
+        onehot = F.one_hot(self.z, logits.shape[-1]).to(logits.dtype)
+        return (torch.softmax(logits, dim=-1) - onehot) * self.w.unsqueeze(-1)
+
+
+def constraint_function(name: str, alpha: float, eta: float) -> go.Objective:
+    if name == "demographic_parity":
+        return go.demographic_parity(alpha)
+    if name == "equalized_odds":
+        return go.smoothed_equalized_odds(alpha, eta)
+    return go.bounded_group_loss(alpha)
 
 
 class Game:
-    """The reductions game between the oracle and the constraint player, on the device: the
-    released statistics' running sum, the multipliers, G and the trace. `move(t)` plays
-    iteration t up to the oracle's targets and weights, reading nothing on the host;
-    `report()` brings the trace and G to the host once, at the end."""
+    """One trial's reductions game between the oracle and the constraint player, on the
+    device: the released statistics' running sum, the multipliers, G and the trace.
+    `move(t)` plays iteration t up to the oracle's targets and weights (`relabel`), reading
+    nothing on the host; `report()` brings the trace and G to the host once, at the end."""
 
-    def __init__(self, hp: CGOOHparams, constraint: str, alpha: float, run: Reduction) -> None:
-        self.hp, self.constraint, self.alpha, self.run = hp, constraint, alpha, run
+    def __init__(self, hp: CGOOHparams, constraint: str, alpha: float,
+                 statistics: Callable[[], torch.Tensor],
+                 relabel: Callable[[torch.Tensor], None]) -> None:  # fmt: skip
+        self.hp, self.constraint, self.alpha = hp, constraint, alpha
+        self.statistics, self.relabel = statistics, relabel
+        self.components: list[nn.Module] = []
         self.f = OBJECTIVES[hp.objective]
         self.g = constraint_function(constraint, alpha, hp.eta)
         self.big_g: torch.Tensor | None = None  # set at the first move
@@ -131,9 +170,9 @@ class Game:
         self.lam: torch.Tensor | None = None
         self.trace: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
 
-    def move(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def move(self, t: int) -> None:
         hp, alpha = self.hp, self.alpha
-        latest = self.run.statistics()  # of c_t: the initialisation c_0, then c_1, ...
+        latest = self.statistics()  # of c_t: the initialisation c_0, then c_1, ...
         # the decision so far is the uniform mixture of c_1..c_t: its statistics are the mean
         # of theirs (Frank-Wolfe with step 1 / (t + 1))
         if t:
@@ -162,7 +201,7 @@ class Game:
             active = (g_value >= 0) & (t > 0)
             constraint_cost = self.big_g * active.to(stats.dtype) * g_grad
         self.trace.append((f_value, g_value, None if self.lam is None else self.lam.sum()))
-        return self.run.relabel(f_grad + constraint_cost)
+        self.relabel(f_grad + constraint_cost)
 
     def report(self) -> tuple[list[dict], float]:
         """(trace, G) on the host."""
@@ -171,28 +210,10 @@ class Game:
         return trace, float(self.big_g)
 
 
-class WeightedCrossEntropy:
-    """Per-record weight times cross-entropy against the relabelled targets, with its
-    closed-form logit gradient (the linear fast path's contract)."""
-
-    def __init__(self, z: torch.Tensor, w: torch.Tensor) -> None:
-        self.z, self.w = z, w
-
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        return self.w * F.cross_entropy(logits, self.z, reduction="none")
-
-    def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
-        grad = torch.softmax(logits, dim=1)
-        grad[torch.arange(len(self.z), device=grad.device), self.z] -= 1.0
-        return grad * self.w[:, None]
-
-
-def constraint_function(name: str, alpha: float, eta: float) -> go.Objective:
-    if name == "demographic_parity":
-        return go.demographic_parity(alpha)
-    if name == "equalized_odds":
-        return go.smoothed_equalized_odds(alpha, eta)
-    return go.bounded_group_loss(alpha)
+def component(model: nn.Module) -> nn.Module:
+    """A frozen copy of `model` alone: a stacked model's parameters are views into the stack,
+    and deep-copying a parameter clones just its own data (checked in tests/test_stacking.py)."""
+    return copy.deepcopy(model)
 
 
 class CGOO(Method):
@@ -231,83 +252,114 @@ class CGOO(Method):
                 dp_event.GaussianDpEvent(count_std), hp.iterations))  # fmt: skip
         return plan
 
-    def _setup(self, task: Task, session: PrivacySession) -> Reduction:
-        """Model, noise and data for one trial: `statistics()` releases the current
-        classifier's l(c, D); `relabel(costs)` turns costs into (targets, weights);
-        `step(z, w)` is one DP-SGD step of the oracle. The plan is submitted here."""
-        if task.n_classes != 2:
-            raise ConfigError(f"method {self.name} handles binary classification tasks only")
-        hp, dev = self.hparams, session.device
-        model = init_model(hp, task, session)
-        x, y = train_tensors(task, dev)
-        s = torch.as_tensor(task.train.s, dtype=torch.int64, device=dev)
-        n, k = len(y), task.n_groups
-        schedule, count_std = self.schedule(n, session.budget)
-        session.submit_plan(self.plan(schedule, count_std))
-        next_batch = session.poisson(n, schedule.sampling_rate)
-        per_sample = PerSampleGradients(model)
-        clip = hp.clip_norm if self.private else math.inf
-        gradient_sum = session.gaussian_sum(ORACLE, clip, schedule.noise_multiplier)
-        confusion = session.gaussian_counts(COUNTS, count_std)
-        params = list(model.parameters())
-        cell = (s * 2 + y) * 2  # flat index of (group, label, prediction 0) in (k, 2, 2)
+    def stackable(self) -> bool:
+        return stackable(self.hparams.model)
 
-        def statistics() -> torch.Tensor:
-            with torch.no_grad():
-                pred = model(x).argmax(dim=1)
-            counts = confusion(cell + pred, k * 4)
-            return counts.clamp(min=0.0).reshape(k, 2, 2) / n
-
-        def relabel(costs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            gap = (costs[:, :, 1] - costs[:, :, 0]).abs().max()
-            scaled = torch.where(gap > 0, costs / gap, costs)  # public: a function of the costs
-            z, w, _ = go.cost_sensitive(scaled, y, s, 1)
-            return z, w.to(torch.float32)
-
-        def step(z: torch.Tensor, w: torch.Tensor) -> None:
-            batch = next_batch()
-            idx = batch.indices
-            loss = WeightedCrossEntropy(z.index_select(0, idx), w.index_select(0, idx))
-            sums = gradient_sum(per_sample(x.index_select(0, idx), loss), batch)
-            with torch.no_grad():
-                for p, grad in zip(params, sums, strict=True):
-                    p.sub_(hp.lr / (schedule.sampling_rate * n) * grad)
-
-        return Reduction(model, schedule, count_std, statistics, relabel, step)
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+    def _check(self, trial: Trial) -> float:
+        """The trial's alpha, after refusing what the method cannot do."""
+        fairness = trial.fairness
         if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
             raise ConfigError(f"method {self.name} supports the constraints "
                               f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}")  # fmt: skip
         if fairness.knob is None or fairness.knob <= 0:
             raise ConfigError(f"method {self.name} needs alpha values > 0: give it `knobs`")
-        hp, alpha = self.hparams, float(fairness.knob)
-        run = self._setup(task, session)
-        model, schedule, count_std = run.model, run.schedule, run.count_std
-        game = Game(hp, fairness.constraint, alpha, run)
-        components = []
-        for t in range(hp.iterations):
-            z, w = game.move(t)
+        return float(fairness.knob)
+
+    def _setup(self, trials: list[Trial]) -> Reduction:
+        """Models, noise and data for the trials (see `Reduction`); each trial's plan is
+        submitted here, to its own session."""
+        if any(t.task.n_classes != 2 for t in trials):
+            raise ConfigError(f"method {self.name} handles binary classification tasks only")
+        hp, dev = self.hparams, trials[0].session.device
+        models = init_models(hp, trials)
+        stack = stack_models(models)
+        data = StackedData([t.task for t in trials], dev)
+        n, k = data.n, trials[0].task.n_groups
+        shared = {self.schedule(n, t.session.budget) for t in trials}
+        if len(shared) != 1:
+            raise ValueError("stacked trials need one schedule; run them one at a time")
+        schedule, count_std = shared.pop()
+        for trial in trials:
+            trial.session.submit_plan(self.plan(schedule, count_std))
+        sessions = [t.session for t in trials]
+        next_round = poisson_rounds(sessions, n, schedule.sampling_rate)
+        clip = hp.clip_norm if self.private else math.inf
+        gradient_sums = [s.gaussian_sum(ORACLE, clip, schedule.noise_multiplier)
+                         for s in sessions]  # fmt: skip
+        confusions = [s.gaussian_counts(COUNTS, count_std) for s in sessions]
+        # flat index of (group, label, prediction 0) in (k, 2, 2), per record
+        cells = data.per_record(lambda task: (task.train.s * 2 + task.train.y) * 2, torch.int64)
+        groups = data.per_record(lambda task: task.train.s, torch.int64)
+        z, w = data.per_trial(torch.int64), data.per_trial(torch.float32)
+        step_size = hp.lr / expected_batch(schedule, n)
+
+        def statistics(t: int) -> torch.Tensor:
+            with torch.no_grad():
+                pred = models[t](data.trial_rows(data.x, t)).argmax(dim=1)
+            counts = confusions[t](data.trial_rows(cells, t) + pred, k * 4)
+            return counts.clamp(min=0.0).reshape(k, 2, 2) / n
+
+        def relabel(t: int, costs: torch.Tensor) -> None:
+            gap = (costs[:, :, 1] - costs[:, :, 0]).abs().max()
+            scaled = torch.where(gap > 0, costs / gap, costs)  # public: a function of the costs
+            targets, weights, _ = go.cost_sensitive(scaled, data.trial_rows(data.y, t),
+                                                    data.trial_rows(groups, t), 1)  # fmt: skip
+            z[t * n : (t + 1) * n] = targets
+            w[t * n : (t + 1) * n] = weights.to(torch.float32)
+
+        def step() -> None:
+            round_ = next_round()
+            rows, own = data.gather(round_), data.own_rows(round_)
+            x = rows.rows(data.x)
+            loss = WeightedCrossEntropy(own.rows(z), own.rows(w))
+            logits = stack.logits(x)
+            contributions = stack.contributions(x, loss, logits, rows, rows.rows(data.x_sq))
+            stack.descend(gaussian_sums(gradient_sums, contributions, round_.batches),
+                          step_size)  # fmt: skip
+
+        return Reduction(models, schedule, count_std, statistics, relabel, step)
+
+    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
+        """Every trial plays its own game (statistics release, costs, relabelling: per trial,
+        on the device); the oracle's steps of an iteration run stacked across the trials."""
+        hp = self.hparams
+        run = self._setup(trials)
+        schedule, count_std = run.schedule, run.count_std
+        games = [Game(hp, trial.fairness.constraint, self._check(trial),
+                      lambda t=t: run.statistics(t),
+                      lambda costs, t=t: run.relabel(t, costs))
+                 for t, trial in enumerate(trials)]  # fmt: skip
+        for it in range(hp.iterations):
+            for game in games:
+                game.move(it)
             for _ in range(schedule.steps):
-                run.step(z, w)
-            components.append(copy.deepcopy(model))
-        trace, big_g = game.report()
-        info = {"sampling_rate": schedule.sampling_rate, "oracle_steps": schedule.steps,
-                "noise_multiplier": schedule.noise_multiplier, "count_noise": count_std,
-                "iterations": hp.iterations, "G": big_g, "alpha": alpha,
-                "trace": trace}  # fmt: skip
+                run.step()
+            for game, model in zip(games, run.models, strict=True):
+                game.components.append(component(model))
         budget = schedule.budget(schedule.steps * hp.iterations, count=count_std)
-        return Fitted(model, session.device, info=info, components=components, budget=budget)
+        fits = []
+        for game, model, trial in zip(games, run.models, trials, strict=True):
+            trace, big_g = game.report()
+            info = {"sampling_rate": schedule.sampling_rate, "oracle_steps": schedule.steps,
+                    "noise_multiplier": schedule.noise_multiplier, "count_noise": count_std,
+                    "iterations": hp.iterations, "G": big_g, "alpha": game.alpha,
+                    "trace": trace}  # fmt: skip
+            fits.append(Fitted(model, trial.session.device, info=info,
+                               components=game.components, budget=budget))  # fmt: skip
+        return fits
+
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+        return self.train_stack([Trial(task, fairness, session)])[0]
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
         """One oracle step, on the costs of plain error."""
         session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
-        run = self._setup(task, session)
-        stats = run.statistics()
-        z, w = run.relabel(go.error(stats, go.Sizes.of(stats))[1])
-        return lambda: run.step(z, w)
+        run = self._setup([Trial(task, FairnessSpec("demographic_parity", 0.05), session)])
+        stats = run.statistics(0)
+        run.relabel(0, go.error(stats, go.Sizes.of(stats))[1])
+        return run.step
 
 
 class CGOONonPrivate(CGOO):

@@ -42,6 +42,13 @@ Privacy notions (`privacy_notion`, recorded in every row):
   row's notion then reads "sensitive-attribute (paper analysis)", its `target_accounting` is
   `paper-analysis`, and its `epsilon_spent` is still the suite's true epsilon (larger).
 
+Stacked trials (`train_stack`, logistic models): trials that differ in seed and lambda train
+as one tensor program (`fairbench.methods.engine`), each with its own W, marginals (its own
+count release), Poisson batches and noise. lambda = 0 and lambda > 0 release different things
+per step, so they run different schedules: a stack is split into one sub-stack per schedule
+(and, under `iterate: random`, per drawn step count). An MLP trains one trial at a time
+through the same code.
+
 The authors' public code departs from the paper in ways this plugin does not follow: it clips
 the averaged batch gradient rather than per-sample gradients (or does not clip at all); it
 draws shuffled fixed-size batches rather than Poisson samples; it sets delta = 1/n^2; for
@@ -68,25 +75,28 @@ from fairbench.methods.base import (
     Fitted,
     Method,
     TrainingHparams,
+    Trial,
     resolve_device,
 )
 from fairbench.methods.engine import (
-    Program,
     Schedule,
+    StackedData,
+    StackedProgram,
     calibrated,
     check_one_free_quantity,
     expected_batch,
-    init_model,
-    train_tensors,
+    init_models,
+    one_schedule,
     uncalibrated,
 )
 from fairbench.methods.knob import Direction, Knob
-from fairbench.models.grad_sample import PerSampleGradients
+from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
-from fairbench.privacy.contributions import Scattered
+from fairbench.privacy.contributions import StackedOuterProducts, StackedScattered
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import Batch, PrivacyNotion, PrivacySession
+from fairbench.privacy.session import PrivacyNotion, PrivacySession
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums, poisson_rounds
 from fairbench.task import Task
 
 CONSTRAINTS = ("demographic_parity", "equalized_odds")
@@ -101,8 +111,11 @@ class FermiObjective:
     `public` (loss and the group-free psi term), `sensitive` (the group term of psi, without
     lambda). Offers its closed-form logit gradient for the linear fast path.
 
-    `w_rows`: W of each record's cell (B, k, l); `inv_sqrt_p`: p^(-1/2) of each record's
-    (cell, group); `s`: each record's group.
+    Shapes: y, s, inv_sqrt_p (..., B) and logits (..., B, l), with any leading axes (a
+    stack's trial axis T). `w_rows`: W of each record's cell (..., B, k, l); `inv_sqrt_p`:
+    p^(-1/2) of each record's (cell, group); `s`: each record's group; `lam`: a float, or one
+    per trial as a (T, 1) tensor; `soft`: softmax(logits) at the current parameters, if
+    already known.
     """
 
     def __init__(
@@ -111,35 +124,38 @@ class FermiObjective:
         s: torch.Tensor,
         w_rows: torch.Tensor,
         inv_sqrt_p: torch.Tensor,
-        lam: float,
+        lam: float | torch.Tensor,
         part: Part = "all",
+        soft: torch.Tensor | None = None,
     ) -> None:
-        self.y, self.lam, self.part = y, lam, part
-        rows = torch.arange(len(s), device=s.device)
-        self.public_coef = -(w_rows**2).sum(dim=1)  # d psi_public / dF  (B, l)
-        self.sensitive_coef = 2 * inv_sqrt_p[:, None] * w_rows[rows, s]  # d psi_sensitive / dF
+        self.y, self.lam, self.part, self.soft = y, lam, part, soft
+        self._lam = lam.unsqueeze(-1) if isinstance(lam, torch.Tensor) else lam  # (T, 1, 1)
+        own = s[..., None, None].expand(*s.shape, 1, w_rows.shape[-1])
+        self.public_coef = -(w_rows**2).sum(dim=-2)  # d psi_public / dF  (..., B, l)
+        # d psi_sensitive / dF: W's row of the record's own group
+        self.sensitive_coef = 2 * inv_sqrt_p[..., None] * w_rows.gather(-2, own).squeeze(-2)
 
     def _coef(self) -> torch.Tensor:
         if self.part == "sensitive":
             return self.sensitive_coef
         if self.part == "public":
-            return self.lam * self.public_coef
-        return self.lam * (self.public_coef + self.sensitive_coef)
+            return self._lam * self.public_coef
+        return self._lam * (self.public_coef + self.sensitive_coef)
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        psi = (self._coef() * torch.softmax(logits, dim=1)).sum(dim=1)  # psi is linear in F
+        psi = (self._coef() * torch.softmax(logits, dim=-1)).sum(dim=-1)  # psi is linear in F
         if self.part == "sensitive":
             return psi
-        return F.cross_entropy(logits, self.y, reduction="none") + psi - self.lam
+        ce = F.cross_entropy(logits.flatten(0, -2), self.y.flatten(), reduction="none")
+        return ce.view(self.y.shape) + psi - self.lam
 
     def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
         """softmax Jacobian applied to the coefficients, plus softmax(z) - onehot(y)."""
-        soft = torch.softmax(logits, dim=1)
+        soft = torch.softmax(logits, dim=-1) if self.soft is None else self.soft
         coef = self._coef()
-        grad = soft * (coef - (coef * soft).sum(dim=1, keepdim=True))
+        grad = soft * (coef - (coef * soft).sum(dim=-1, keepdim=True))
         if self.part != "sensitive":
-            grad = grad + soft
-            grad[torch.arange(len(self.y), device=grad.device), self.y] -= 1.0
+            grad = grad + soft - F.one_hot(self.y, logits.shape[-1]).to(logits.dtype)
         return grad
 
 
@@ -147,18 +163,25 @@ def w_gradients(
     soft: torch.Tensor, s: torch.Tensor, w_rows: torch.Tensor, inv_sqrt_p: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample gradients of psi_i in W (Appendix D), split into the group-free part
-    -2 W diag(F_i) and the group part 2 p_s^(-1/2) e_s F_i^T; each (B, k, l)."""
-    public = -2 * w_rows * soft[:, None, :]
-    sensitive = torch.zeros_like(w_rows)
-    rows = torch.arange(len(s), device=s.device)
-    sensitive[rows, s] = 2 * inv_sqrt_p[:, None] * soft
-    return public, sensitive
+    -2 W diag(F_i) and the group part 2 p_s^(-1/2) e_s F_i^T; each (..., B, k, l)."""
+    public = -2 * w_rows * soft[..., None, :]
+    own = s[..., None, None].expand(*s.shape, 1, w_rows.shape[-1])
+    group = (2 * inv_sqrt_p[..., None] * soft).unsqueeze(-2)
+    return public, torch.zeros_like(w_rows).scatter_(-2, own, group)
 
 
 def project_rows(w: torch.Tensor, radius: float) -> torch.Tensor:
-    """Each cell's W projected onto the Frobenius ball of `radius`."""
-    norms = w.flatten(1).norm(dim=1).clamp(min=1e-12)
-    return w * (radius / norms).clamp(max=1.0)[:, None, None]
+    """Each cell's W (the last two axes) projected onto the Frobenius ball of `radius`."""
+    norms = w.flatten(-2).norm(dim=-1).clamp(min=1e-12)
+    return w * (radius / norms).clamp(max=1.0)[..., None, None]
+
+
+def exact_sums(contributions) -> list[torch.Tensor]:
+    """The unclipped, noiseless sums of a stack's contributions, stacked on the trial axis
+    (public terms, which no mechanism releases)."""
+    if isinstance(contributions, StackedOuterProducts):
+        return contributions.weighted_sum(None)
+    return [part.unsqueeze(0) for part in contributions.trial(0).weighted_sum(None)]
 
 
 class DPFermiHparams(TrainingHparams):
@@ -260,72 +283,106 @@ class DPFermi(Method):
             )
         return float(fairness.knob)
 
-    def _program(
-        self, task: Task, fairness: FairnessSpec, session: PrivacySession, steps: int | None = None
-    ) -> Program:
-        """Submit the plan (for `steps`, default all) and draw the marginals."""
-        hp, lam, dev = self.hparams, self._check(fairness), session.device
-        model = init_model(hp, task, session)
-        x, y = train_tensors(task, dev)
-        s = torch.as_tensor(task.train.s, dtype=torch.int64, device=dev)
-        n, k, l = len(y), task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
-        n_cells = l if fairness.constraint == "equalized_odds" else 1
-        cell = y if n_cells > 1 else torch.zeros_like(y)
-        shape = self._shape(lam, self._count_event(lam))
-        schedule = self.schedule(n, session.budget, shape)
+    def stackable(self) -> bool:
+        return stackable(self.hparams.model)
+
+    def _program(self, trials: list[Trial], steps: int | None = None) -> StackedProgram:
+        """Submit each trial's plan (for `steps`, default all) and draw its marginals. The
+        trials must share the schedule: their lambdas all 0 or all > 0 (`train_stack`)."""
+        hp, dev = self.hparams, trials[0].session.device
+        lams = [self._check(t.fairness) for t in trials]
+        if len({(lam > 0, t.fairness.constraint) for lam, t in zip(lams, trials, strict=True)}
+               ) != 1:  # fmt: skip
+            raise ValueError("stacked dp-fermi trials need one constraint, lambdas all 0 or > 0")
+        positive = lams[0] > 0
+        models = init_models(hp, trials)
+        stack = stack_models(models)
+        data = StackedData([t.task for t in trials], dev)
+        s = data.per_record(lambda task: task.train.s, torch.int64)
+        task = trials[0].task
+        n, k, l = data.n, task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
+        n_cells = l if trials[0].fairness.constraint == "equalized_odds" else 1
+        cell = data.y if n_cells > 1 else torch.zeros_like(data.y)
+        shape = self._shape(lams[0], self._count_event(lams[0]))
+        schedule = one_schedule([self.schedule(n, t.session.budget, shape) for t in trials])
         sensitive = hp.privacy_notion == "sensitive-attribute"
         notion = PrivacyNotion.SENSITIVE_ATTRIBUTE if sensitive else PrivacyNotion.FULL
-        session.submit_plan(self.plan(schedule, shape, steps or schedule.steps), notion)
-        p = self._marginals(session, cell, s, (n_cells, k), shape.extra)
-        inv_sqrt_p = p.rsqrt().to(dev, torch.float32)
-        step, final_w = self._step(model, (x, y, s, cell), inv_sqrt_p, lam, schedule, session)
+        plan = self.plan(schedule, shape, steps or schedule.steps)
+        marginals = []
+        for t, trial in enumerate(trials):
+            trial.session.submit_plan(plan, notion)
+            cells, groups = data.trial_rows(cell, t), data.trial_rows(s, t)
+            marginals.append(self._marginals(trial.session, cells, groups, (n_cells, k),
+                                             shape.extra))  # fmt: skip
+        inv_sqrt_p = torch.stack([p.rsqrt().to(dev, torch.float32) for p in marginals])
+        step, final_w = self._step(stack, data, (s, cell), inv_sqrt_p, lams, schedule,
+                                   [t.session for t in trials], positive)  # fmt: skip
 
-        def report() -> dict:
-            return {"w_norm": final_w().flatten(1).norm(dim=1).cpu().tolist(),
-                    "marginals": p.cpu().tolist()}  # fmt: skip
+        def report() -> list[dict]:
+            norms = final_w().flatten(-2).norm(dim=-1).cpu().tolist()
+            return [{"w_norm": w_norm, "marginals": p.cpu().tolist()}
+                    for w_norm, p in zip(norms, marginals, strict=True)]  # fmt: skip
 
-        return Program(model, schedule, step, report)
+        return StackedProgram(models, schedule, step, report)
 
-    def _step(self, model, data, inv_sqrt_p, lam, schedule, session):
-        """One batch's update: noisy descent on theta, noisy projected ascent on W."""
+    def _step(self, stack, data, per_record, inv_sqrt_p, lams, schedule, sessions, positive):
+        """One round's update of every trial, each on its own batch: noisy descent on theta,
+        noisy projected ascent on W (not when lambda = 0)."""
         hp = self.hparams
-        x, y, s, cell = data
-        n_cells, k, l = len(inv_sqrt_p), inv_sqrt_p.shape[1], model(x[:1]).shape[1]  # noqa: E741
+        s, cell = per_record
+        n_trials, (n_cells, k), l = len(lams), inv_sqrt_p.shape[1:], data.tasks[0].n_classes  # noqa: E741
         sensitive = hp.privacy_notion == "sensitive-attribute"
-        theta_sum = session.gaussian_sum(THETA, hp.clip_norm, schedule.noise_multiplier)
-        w_sum = session.gaussian_sum(W_LABEL, hp.clip_norm_w, schedule.noise_multiplier)
-        per_sample, params = PerSampleGradients(model), list(model.parameters())
-        w = torch.zeros((n_cells, k, l), device=session.device)
-        radius, scale = hp.w_diameter / 2, expected_batch(schedule, len(y))
+        theta_sums = [x.gaussian_sum(THETA, hp.clip_norm, schedule.noise_multiplier)
+                      for x in sessions]  # fmt: skip
+        w_sums = [x.gaussian_sum(W_LABEL, hp.clip_norm_w, schedule.noise_multiplier)
+                  for x in sessions]  # fmt: skip
+        dev = data.device
+        w = torch.zeros((n_trials, n_cells, k, l), device=dev)
+        radius, scale = hp.w_diameter / 2, expected_batch(schedule, data.n)
+        lam = torch.tensor(lams, dtype=torch.float32, device=dev).unsqueeze(1)  # (T, 1)
+        ascent = torch.tensor([hp.lr_w * x / scale for x in lams], dtype=torch.float32,
+                              device=dev).view(-1, 1, 1, 1)  # fmt: skip
+        first_cell = torch.arange(n_trials, device=dev).unsqueeze(1) * n_cells
+        flat_p = inv_sqrt_p.reshape(-1)
 
-        def step(batch: Batch) -> None:
+        def step(round_: StackedBatches) -> None:
             nonlocal w
-            xb, yb, sb, cb = (t.index_select(0, batch.indices) for t in (x, y, s, cell))
-            w_rows, ip = w.index_select(0, cb), inv_sqrt_p[cb, sb]
-            with torch.no_grad():
-                logits = model(xb)
+            batches = round_.batches
+            rows = data.gather(round_)
+            xb, yb, sb, cb = (rows.rows(v) for v in (data.x, data.y, s, cell))
+            x_sq = rows.rows(data.x_sq)
+            cells = cb + first_cell  # (T, B): each trial's own cells of W
+            w_rows = w.view(-1, k, l).index_select(0, cells.reshape(-1)).view(*cb.shape, k, l)
+            ip = flat_p.index_select(0, (cells * k + sb).reshape(-1)).view(cb.shape)
+            logits = stack.logits(xb)
+            soft = torch.softmax(logits, dim=-1)  # once for theta's and W's gradients
+
+            def contributions(part: Part):
+                objective = FermiObjective(yb, sb, w_rows, ip, lam, part, soft)
+                return stack.contributions(xb, objective, logits, rows, x_sq)
+
             if sensitive:  # the group-free part is public: exact; the group term is noised
-                grads = per_sample(xb, FermiObjective(yb, sb, w_rows, ip, lam, "public"),
-                                   logits=logits).weighted_sum(None)  # fmt: skip
-                if lam > 0:
-                    group = FermiObjective(yb, sb, w_rows, ip, lam, "sensitive")
-                    noisy = theta_sum(per_sample(xb, group, logits=logits), batch)
-                    grads = [g + lam * h for g, h in zip(grads, noisy, strict=True)]
+                grads = exact_sums(contributions("public"))
+                if positive:
+                    noisy = gaussian_sums(theta_sums, contributions("sensitive"), batches)
+                    grads = [g + lam.view(-1, *[1] * (h.dim() - 1)) * h
+                             for g, h in zip(grads, noisy, strict=True)]  # fmt: skip
             else:
-                objective = FermiObjective(yb, sb, w_rows, ip, lam)
-                grads = theta_sum(per_sample(xb, objective, logits=logits), batch)
-            with torch.no_grad():
-                for param, g in zip(params, grads, strict=True):
-                    param.sub_(hp.lr / scale * g)
-                if lam == 0:
-                    return
-                public_w, group_w = w_gradients(torch.softmax(logits, dim=1), sb, w_rows, ip)
-                if sensitive:
-                    total = Scattered(public_w, cb, n_cells).weighted_sum(None)[0]
-                    total = total + w_sum(Scattered(group_w, cb, n_cells), batch)[0]
-                else:
-                    total = w_sum(Scattered(public_w + group_w, cb, n_cells), batch)[0]
-                w = project_rows(w + hp.lr_w * lam / scale * total, radius)
+                grads = gaussian_sums(theta_sums, contributions("all"), batches)
+            stack.descend(grads, hp.lr / scale)
+            if not positive:
+                return
+            public_w, group_w = w_gradients(soft, sb, w_rows, ip)
+
+            def scattered(values: torch.Tensor) -> StackedScattered:
+                return StackedScattered.masked(values, cb, n_cells, rows.mask, rows.sizes)
+
+            if sensitive:
+                total = scattered(public_w).weighted_sum(None)[0]
+                total = total + gaussian_sums(w_sums, scattered(group_w), batches)[0]
+            else:
+                total = gaussian_sums(w_sums, scattered(public_w + group_w), batches)[0]
+            w = project_rows(w + ascent * total, radius)
 
         return step, lambda: w
 
@@ -341,38 +398,67 @@ class DPFermi(Method):
             info["epsilon_paper_analysis"] = epsilon(amplified, privacy.delta)
         return info
 
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
         """The last iterate, or with `iterate: random` a uniformly drawn one: the draw is
         independent of the data, so only the steps run are planned and recorded (the noise
-        stays calibrated for all of them)."""
+        stays calibrated for all of them). Trials run in sub-stacks of one schedule and one
+        step count: lambda = 0 apart from lambda > 0 (their releases differ), and under
+        `iterate: random` each drawn step count apart."""
         hp = self.hparams
-        full = self.schedule(len(task.train), session.budget,
-                             self._shape(self._check(fairness), None))  # fmt: skip
-        chosen = None
-        if hp.iterate == "random":
-            chosen = int(session.rng("iterate").integers(1, full.steps + 1))
-        program = self._program(task, fairness, session, chosen)
-        schedule, lam = program.schedule, self._check(fairness)
+        chosen: list[int | None] = []
+        for trial in trials:
+            lam = self._check(trial.fairness)
+            full = self.schedule(len(trial.task.train), trial.session.budget,
+                                 self._shape(lam, None))  # fmt: skip
+            draw = None
+            if hp.iterate == "random":
+                draw = int(trial.session.rng("iterate").integers(1, full.steps + 1))
+            chosen.append(draw)
+        groups: dict[tuple, list[int]] = {}
+        for i, trial in enumerate(trials):
+            key = (trial.fairness.constraint, self._check(trial.fairness) > 0, chosen[i])
+            groups.setdefault(key, []).append(i)
+        fits: list[Fitted | None] = [None] * len(trials)
+        for (_, _, steps), members in groups.items():
+            for i, fitted in zip(members, self._train_together([trials[i] for i in members],
+                                                               steps), strict=True):  # fmt: skip
+                fits[i] = fitted
+        return fits
+
+    def _train_together(self, trials: list[Trial], chosen: int | None) -> list[Fitted]:
+        """Trials of one schedule, `chosen` steps (None: all), as one stacked program."""
+        hp = self.hparams
+        program = self._program(trials, chosen)
+        schedule = program.schedule
         chosen = chosen or schedule.steps
-        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
+        sessions = [t.session for t in trials]
+        next_round = poisson_rounds(sessions, len(trials[0].task.train), schedule.sampling_rate)
         for _ in range(chosen):  # the iterates after the chosen one are never looked at
-            program.step(next_batch())
-        info = self._info(schedule, self._shape(lam, self._count_event(lam)), lam, session.budget)
-        info["returned_iterate"] = chosen
-        info.update(program.report())
+            program.step(next_round())
+        lams = [self._check(t.fairness) for t in trials]
+        shape = self._shape(lams[0], self._count_event(lams[0]))
+        shared = self._info(schedule, shape, lams[0], trials[0].session.budget)
         counts = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
         notion = hp.privacy_notion + ("+public-marginals" if hp.marginals == "public" else "")
         paper = hp.sensitive_accounting == "paper"
         notion += " (paper analysis)" if paper else ""
-        return Fitted(program.model, session.device, privacy_notion=notion, info=info,
-                      target_accounting="paper-analysis" if paper else "suite",
-                      budget=schedule.budget(chosen, **counts))  # fmt: skip
+        fits = []
+        for model, trial, lam, report in zip(program.models, trials, lams, program.report(),
+                                             strict=True):  # fmt: skip
+            info = {**shared, "lambda": lam, "returned_iterate": chosen, **report}
+            fits.append(Fitted(model, trial.session.device, privacy_notion=notion, info=info,
+                               target_accounting="paper-analysis" if paper else "suite",
+                               budget=schedule.budget(chosen, **counts)))  # fmt: skip
+        return fits
+
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+        return self.train_stack([Trial(task, fairness, session)])[0]
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
     ) -> Callable[[], None]:
         session = PrivacySession(seed, resolve_device(device), privacy)
-        fairness = FairnessSpec("demographic_parity", 1.0)
-        program = self._program(task, fairness, session)
-        next_batch = session.poisson(len(task.train), program.schedule.sampling_rate)
-        return lambda: program.step(next_batch())
+        trial = Trial(task, FairnessSpec("demographic_parity", 1.0), session)
+        program = self._program([trial])
+        next_round = poisson_rounds([session], len(task.train), program.schedule.sampling_rate)
+        return lambda: program.step(next_round())

@@ -196,6 +196,7 @@ class StackedData:
         self.x = self.per_record(lambda task: task.train.X, torch.float32)
         self.y = self.per_record(lambda task: task.train.y, torch.int64)
         self.x_sq = (self.x * self.x).sum(dim=-1)  # each record's ||x||^2, used every step
+        self._own_offsets: torch.Tensor | None = None
 
     def per_record(self, values: Callable[[Task], np.ndarray], dtype: torch.dtype) -> torch.Tensor:
         """`values(task)` (one entry per training record) of every distinct task, concatenated
@@ -209,6 +210,24 @@ class StackedData:
             return Gathered(round_.index, round_.mask, round_.sizes)
         offsets = torch.tensor(self.offsets, device=self.device).unsqueeze(1)
         return Gathered(round_.index + offsets, round_.mask, round_.sizes)
+
+    def per_trial(self, dtype: torch.dtype) -> torch.Tensor:
+        """A zero (T * n,) tensor for values each trial holds per training record (e.g. the
+        targets a method relabels per trial): trial t's record i at t n + i (`own_rows`)."""
+        return torch.zeros(len(self.slots) * self.n, dtype=dtype, device=self.device)
+
+    def own_rows(self, round_: StackedBatches) -> Gathered:
+        """The round's batches as rows of a `per_trial` tensor (each trial's own values)."""
+        if len(self.slots) == 1:
+            return Gathered(round_.index, round_.mask, round_.sizes)
+        if self._own_offsets is None:
+            self._own_offsets = torch.arange(len(self.slots), device=self.device
+                                             ).unsqueeze(1) * self.n  # fmt: skip
+        return Gathered(round_.index + self._own_offsets, round_.mask, round_.sizes)
+
+    def trial_rows(self, values: torch.Tensor, t: int) -> torch.Tensor:
+        """Trial t's task's rows of `values` (a `per_record` tensor): (n, ...)."""
+        return values[self.offsets[t] : self.offsets[t] + self.n]
 
 
 @dataclass(frozen=True)

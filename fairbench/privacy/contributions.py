@@ -12,9 +12,10 @@ Three shapes cover every method:
   clipped sum is one matrix product.
 - `Scattered`: rows that add into one of `n_targets` slots by index (per-cell matrices).
 
-`StackedOuterProducts` holds the outer products of several trials at once (a leading trial
-axis, batches padded to one length): what a stacked program (`fairbench.methods.engine`) hands
-its trials' mechanisms, each of which releases its own trial's sum.
+`StackedOuterProducts` and `StackedScattered` hold the outer products (scattered rows) of
+several trials at once (a leading trial axis, batches padded to one length): what a stacked
+program (`fairbench.methods.engine`) hands its trials' mechanisms, each of which releases its
+own trial's sum.
 """
 
 from __future__ import annotations
@@ -175,6 +176,56 @@ class Scattered:
             rows = rows * factors.reshape(-1, *([1] * (rows.dim() - 1)))
         out = torch.zeros((self.n_targets, *rows.shape[1:]), dtype=rows.dtype, device=rows.device)
         return [out.index_add_(0, self.index, rows)]
+
+
+@dataclass(frozen=True)
+class StackedScattered:
+    """T trials' scattered rows: rows (T, B, ...), index (T, B) into each trial's own
+    `n_targets` slots, trial t's records in the first `sizes[t]` rows. Padding rows must be
+    zero (`masked`): norm 0, nothing added."""
+
+    rows: torch.Tensor
+    index: torch.Tensor
+    n_targets: int
+    sizes: list[int]
+
+    @classmethod
+    def masked(cls, rows: torch.Tensor, index: torch.Tensor, n_targets: int,
+               mask: torch.Tensor | None, sizes: list[int]) -> StackedScattered:  # fmt: skip
+        """`mask` (T, B) marks real rows; None: no padding."""
+        if mask is not None:
+            rows = rows * mask.view(*mask.shape, *[1] * (rows.dim() - 2)).to(rows.dtype)
+        return cls(rows, index, n_targets, sizes)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.rows.dtype
+
+    def norms(self) -> torch.Tensor:
+        return self.rows.flatten(2).norm(dim=-1)
+
+    def weighted_sum(self, factors: torch.Tensor | None) -> list[torch.Tensor]:
+        """Per trial the (n_targets, ...) sum: (T, n_targets, ...)."""
+        rows = self.rows
+        if factors is not None:
+            rows = rows * factors.reshape(*factors.shape, *([1] * (rows.dim() - 2)))
+        n_trials, width = rows.shape[0], rows.shape[2:]
+        out = torch.zeros((n_trials * self.n_targets, *width), dtype=rows.dtype,
+                          device=rows.device)  # fmt: skip
+        index = self.index
+        if n_trials > 1:
+            offsets = torch.arange(n_trials, device=index.device).unsqueeze(1) * self.n_targets
+            index = index + offsets
+        out.index_add_(0, index.reshape(-1), rows.flatten(0, 1))
+        return [out.view(n_trials, self.n_targets, *width)]
+
+    def trial(self, t: int) -> Scattered:
+        """Trial t's own contributions, unpadded."""
+        size = self.sizes[t]
+        return Scattered(self.rows[t, :size], self.index[t, :size], self.n_targets)
 
 
 def as_float64(contributions: Contributions) -> Contributions:

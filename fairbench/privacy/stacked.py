@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fairbench.privacy.contributions import StackedOuterProducts, clipped_sum
+from fairbench.privacy.contributions import StackedOuterProducts, StackedScattered, clipped_sum
 from fairbench.privacy.noise import stacked_noisy_sums
 from fairbench.privacy.sampling import stacked_poisson_batches
 from fairbench.privacy.session import (
@@ -71,9 +71,10 @@ def _plain(mechanisms: list, kind: type, parameters: tuple[str, ...]) -> bool:
 
 def gaussian_sums(mechanisms: list, contributions, batches: list[Batch]) -> list[torch.Tensor]:
     """Trial t's noisy clipped sum of `contributions.trial(t)` from `mechanisms[t]`, each part
-    stacked on a leading trial axis ([(T, K, d), (T, K)] for outer products)."""
+    stacked on a leading trial axis ([(T, K, d), (T, K)] for outer products, [(T, n_targets,
+    ...)] for scattered rows)."""
     first = mechanisms[0]
-    plain = isinstance(contributions, StackedOuterProducts) and _plain(
+    plain = isinstance(contributions, StackedOuterProducts | StackedScattered) and _plain(
         mechanisms, GaussianSum, ("clip", "sensitivity", "noise_multiplier")
     )
     if not plain:
