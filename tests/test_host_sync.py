@@ -30,6 +30,7 @@ import fairbench.methods.dpse as dpse
 import fairbench.methods.engine as engine
 import fairbench.methods.raco_dp as raco_dp
 import fairbench.privacy.sampling as sampling
+import fairbench.privacy.stacked as stacked
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, get_method, registry
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
@@ -144,8 +145,8 @@ def guard(monkeypatch):
 
     monkeypatch.setattr(PrivacySession, "poisson", drawing(PrivacySession.poisson))
     monkeypatch.setattr(PrivacySession, "shuffled", drawing(PrivacySession.shuffled))
-    rounds = engine.poisson_rounds  # stacked programs draw every trial's batch at once
-    monkeypatch.setattr(engine, "poisson_rounds",
+    rounds = stacked.stacked_poisson_batches  # stacked programs draw all trials' batches
+    monkeypatch.setattr(stacked, "stacked_poisson_batches",
                         lambda *a, **k: guard.wrap(rounds(*a, **k), kind="draw"))  # fmt: skip
 
     def stepping(cls):
