@@ -65,6 +65,9 @@ def bench(
         str | None, typer.Option(help="instead, time this figure config run from scratch")
     ] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="--figure: processes")] = None,
+    keep_run: Annotated[
+        Path | None, typer.Option(help="--figure: run into this new directory and keep it")
+    ] = None,
 ) -> None:
     """Median wall time per training step of each method, and ratios to DP-SGD; or, with
     --figure, the wall time of a whole figure run, in seconds and in DP-SGD steps timed in the
@@ -72,7 +75,7 @@ def bench(
     from fairbench.workflows.bench import fit_times, step_times, write_step_table
 
     if figure is not None:
-        _bench_figure(figure, out, workers, as_json, rounds, batch_size)
+        _bench_figure(figure, out, workers, as_json, rounds, batch_size, keep_run)
         return
 
     device = _bench_device(device)
@@ -117,7 +120,13 @@ def _bench_device(device: str) -> str:
 
 
 def _bench_figure(
-    figure: str, out: Path | None, workers: int | None, as_json: bool, rounds: int, batch: int
+    figure: str,
+    out: Path | None,
+    workers: int | None,
+    as_json: bool,
+    rounds: int,
+    batch: int,
+    keep_run: Path | None,
 ) -> None:
     import tempfile
 
@@ -125,14 +134,24 @@ def _bench_figure(
     from fairbench.workflows.bench import figure_time
 
     with tempfile.TemporaryDirectory() as scratch:
-        result = figure_time(figure, Path(scratch) / "run", workers or default_workers(),
+        run_dir = Path(scratch) / "run" if keep_run is None else keep_run
+        result = figure_time(figure, run_dir, workers or default_workers(),
                              step_rounds=rounds, batch_size=batch)  # fmt: skip
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{result['figure']}_time.json").write_text(json.dumps(result, indent=2) + "\n")
     if as_json:
         print(json.dumps(result, indent=2))
-        return
+    else:
+        _print_figure_time(result)
+    if result["failed"]:
+        raise ConfigError(
+            f"{result['failed']} trial(s) of {figure} failed; the timing is not "
+            "the figure's: fix them (see the run's failures) and time it again"
+        )
+
+
+def _print_figure_time(result: dict) -> None:
     wall = result["wall_seconds"]
     step = result["dp_sgd_step_seconds"]
     console.print(f"{result['figure']}: {result['trials']} trials ({result['failed']} failed) "
