@@ -122,6 +122,7 @@ class PrivacySession:
         self._allowance: Counter[tuple] = Counter()
         self._drawn: Counter[tuple] = Counter()
         self._texts: dict[int, tuple[dp_event.DpEvent, str]] = {}
+        self._ledger: tuple[tuple, PrivacyLedger] | None = None
         self.checks = DeviceChecks()  # read once after training (`privacy.sync`)
         if self.budget is None:
             self.notion = PrivacyNotion.NONE
@@ -250,9 +251,14 @@ class PrivacySession:
 
     # -- the ledger ---------------------------------------------------------------------------
     def ledger(self) -> PrivacyLedger:
-        """What was recorded, in the accountant's form (see the module docstring)."""
+        """What was recorded, in the accountant's form (see the module docstring); built once
+        per state of the record (a long run's ledger takes a while to group)."""
         parallel = self.plan.parallel_groups if self.plan is not None else False
-        return ledger_of(self.releases, self.notion, parallel)
+        state = (len(self.releases), self.notion, parallel)
+        if self._ledger is None or self._ledger[0] != state:
+            self._ledger = (state, ledger_of(self.releases, self.notion, parallel))
+        built = self._ledger[1]
+        return PrivacyLedger(list(built.entries), built.parallel_groups)
 
 
 class GaussianSum:

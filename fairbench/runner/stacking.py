@@ -6,9 +6,9 @@ batched matrix products sum in another order), so stacks are a function of the c
 every trial of the config, grouped, sorted by (seed, knob) and cut into balanced pieces of at
 most `MAX_STACK` (bounded so that a stack's training sets, one per seed, fit in memory). The
 worker count, a resume, or the executor never change them, so a run gives the same numbers
-however it is run. Units are ordered largest first, larger epsilon first (a method calibrated
-by its step count runs more steps there), so that long units start early. Every other trial
-is a unit of its own.
+however it is run. Units are ordered larger epsilon first (a method calibrated by its step
+count runs more steps there), then largest first, so that long units start early. Every
+other trial is a unit of its own.
 """
 
 from __future__ import annotations
@@ -48,5 +48,5 @@ def work_units(specs: list[TrialSpec], max_stack: int = MAX_STACK) -> list[list[
         members.sort(key=lambda s: (s.seed, -math.inf if s.knob is None else s.knob))
         size = math.ceil(len(members) / math.ceil(len(members) / max_stack))
         units += [members[i : i + size] for i in range(0, len(members), size)]
-    units.sort(key=lambda u: (-len(u), -(u[0].epsilon or 0.0)))
+    units.sort(key=lambda u: (-(u[0].epsilon or 0.0), -len(u)))
     return units
