@@ -222,3 +222,15 @@ def test_bad_setups_are_config_errors(task, hparams, spec, message):
 def test_paper_accounting_without_the_sensitive_notion_is_refused():
     with pytest.raises(ConfigError, match="sensitive_accounting"):
         get_method("dp-fermi", sensitive_accounting="paper")
+
+
+def test_a_random_iterate_is_drawn_within_the_budget_of_noisy_counts(task):
+    """With `calibrate: steps` the count release leaves fewer steps; the iterate is drawn
+    among those, so no draw overspends (the runner would refuse such a trial)."""
+    method = get_method("dp-fermi", iterate="random", calibrate="steps", noise_multiplier=2.0,
+                        marginal_noise=5.0, batch_size=64)  # fmt: skip
+    spec = FairnessSpec("demographic_parity", 1.0)
+    for seed in range(8):
+        fitted = method.fit(task, PrivacyBudget(1.0), spec, seed=seed)
+        assert fitted.info["returned_iterate"] <= fitted.info["steps"]
+        assert fitted.ledger.epsilon(1e-5) <= 1.0

@@ -409,7 +409,7 @@ class DPFermi(Method):
         for trial in trials:
             lam = self._check(trial.fairness)
             full = self.schedule(len(trial.task.train), trial.session.budget,
-                                 self._shape(lam, None))  # fmt: skip
+                                 self._shape(lam, self._count_event(lam)))  # fmt: skip
             draw = None
             if hp.iterate == "random":
                 draw = int(trial.session.rng("iterate").integers(1, full.steps + 1))
