@@ -7,11 +7,12 @@ A method supplies what is its own: its plan (the events one step releases, times
 and `step(batch)`, its update from statistics drawn through the session's mechanisms, which
 clip and noise them (`fairbench.privacy.session`).
 
-A step is a tensor program over one batch with no Python per record. Methods whose step is
-written over a leading trial axis build a `StackedProgram` instead: T trials that share the
-method, its hyperparameters and the schedule (seeds x knob values at one epsilon) run as one
-program, each with its own task, session (plan, ledger, Poisson batches, noise streams),
-parameters and dual variables. `StackedData` gathers the T Poisson batches into one padded
+A step is a tensor program with no Python per record, written over a leading trial axis (a
+`StackedProgram`, `run_stacked`): T trials that share the method, its hyperparameters and the
+schedule (seeds x knob values at one epsilon) run as one program, each with its own task,
+session (plan, ledger, Poisson batches, noise streams), parameters and dual variables; one
+trial alone is a stack of one. `Program` (one trial, one batch) remains for erm's shuffled
+epochs. `StackedData` gathers the T Poisson batches into one padded
 block; `fairbench.privacy.stacked` hands each trial's statistic to its own mechanism. A
 trial's result is its result alone up to float32 reduction order (tests/test_stacking.py).
 """
@@ -134,32 +135,6 @@ def calibrated(
     sigma = float(hp.noise_multiplier)
     steps = calibrate_steps(q, sigma, eps, delta, laplace_scale, shape)
     return Schedule(q, steps, sigma, "steps")
-
-
-def run_steps(
-    session: PrivacySession,
-    n: int,
-    schedule: Schedule,
-    step: Callable[[Batch], None],
-    plan: PrivacyLedger,
-    notion: PrivacyNotion = PrivacyNotion.FULL,
-    steps: int | None = None,
-) -> None:
-    """Submit `plan`, then run `step` on `steps` (default: the schedule's) Poisson batches
-    drawn by the session."""
-    session.submit_plan(plan, notion)
-    next_batch = session.poisson(n, schedule.sampling_rate)
-    for _ in range(schedule.steps if steps is None else steps):
-        step(next_batch())
-
-
-def one_step(
-    session: PrivacySession, program: Program, n: int, plan: PrivacyLedger
-) -> Callable[[], None]:
-    """`fairbench bench`'s view of a program: each call draws a batch and runs one step."""
-    session.submit_plan(plan)
-    next_batch = session.poisson(n, program.schedule.sampling_rate)
-    return lambda: program.step(next_batch())
 
 
 def expected_batch(schedule: Schedule, n: int) -> float:
