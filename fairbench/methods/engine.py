@@ -11,10 +11,11 @@ A step is a tensor program with no Python per record, written over a leading tri
 `StackedProgram`, `run_stacked`): T trials that share the method, its hyperparameters and the
 schedule (seeds x knob values at one epsilon) run as one program, each with its own task,
 session (plan, ledger, Poisson batches, noise streams), parameters and dual variables; one
-trial alone is a stack of one. `Program` (one trial, one batch) remains for erm's shuffled
-epochs. `StackedData` gathers the T Poisson batches into one padded
-block; `fairbench.privacy.stacked` hands each trial's statistic to its own mechanism. A
-trial's result is its result alone up to float32 reduction order (tests/test_stacking.py).
+trial alone is a stack of one. A plugin may still write a one-trial step (`Program`, erm's
+shuffled epochs; `run_steps`, the example plugin's Poisson loop). `StackedData` gathers the
+T Poisson batches into one padded block; `fairbench.privacy.stacked` hands each trial's
+statistic to its own mechanism. A trial's result is its result alone up to float32
+reduction order (tests/test_stacking.py).
 """
 
 from __future__ import annotations
@@ -135,6 +136,24 @@ def calibrated(
     sigma = float(hp.noise_multiplier)
     steps = calibrate_steps(q, sigma, eps, delta, laplace_scale, shape)
     return Schedule(q, steps, sigma, "steps")
+
+
+def run_steps(
+    session: PrivacySession,
+    n: int,
+    schedule: Schedule,
+    step: Callable[[Batch], None],
+    plan: PrivacyLedger,
+    notion: PrivacyNotion = PrivacyNotion.FULL,
+    steps: int | None = None,
+) -> None:
+    """One trial's loop, for a plugin that writes a one-trial step (e.g.
+    examples/fair_dp_logreg.py): submit `plan`, then run `step` on `steps` (default: the
+    schedule's) Poisson batches drawn by the session."""
+    session.submit_plan(plan, notion)
+    next_batch = session.poisson(n, schedule.sampling_rate)
+    for _ in range(schedule.steps if steps is None else steps):
+        step(next_batch())
 
 
 def expected_batch(schedule: Schedule, n: int) -> float:
