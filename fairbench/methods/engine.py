@@ -190,7 +190,9 @@ class StackedData:
         self.x = self.per_record(lambda task: task.train.X, torch.float32)
         self.y = self.per_record(lambda task: task.train.y, torch.int64)
         self.x_sq = (self.x * self.x).sum(dim=-1)  # each record's ||x||^2, used every step
-        self._own_offsets: torch.Tensor | None = None
+        trials = torch.arange(len(self.slots), device=device).unsqueeze(1)
+        self._task_offsets = torch.tensor(self.offsets, device=device).unsqueeze(1)
+        self._trial_offsets = trials * self.n  # a `per_trial` tensor's rows, trial by trial
 
     def per_record(self, values: Callable[[Task], np.ndarray], dtype: torch.dtype) -> torch.Tensor:
         """`values(task)` (one entry per training record) of every distinct task, concatenated
@@ -202,8 +204,7 @@ class StackedData:
         """The round's batches as rows of this data (each trial's rows of its own task)."""
         if len(self.tasks) == 1:
             return Gathered(round_.index, round_.mask, round_.sizes)
-        offsets = torch.tensor(self.offsets, device=self.device).unsqueeze(1)
-        return Gathered(round_.index + offsets, round_.mask, round_.sizes)
+        return Gathered(round_.index + self._task_offsets, round_.mask, round_.sizes)
 
     def per_trial(self, dtype: torch.dtype) -> torch.Tensor:
         """A zero (T * n,) tensor for values each trial holds per training record (e.g. the
@@ -214,10 +215,7 @@ class StackedData:
         """The round's batches as rows of a `per_trial` tensor (each trial's own values)."""
         if len(self.slots) == 1:
             return Gathered(round_.index, round_.mask, round_.sizes)
-        if self._own_offsets is None:
-            self._own_offsets = torch.arange(len(self.slots), device=self.device
-                                             ).unsqueeze(1) * self.n  # fmt: skip
-        return Gathered(round_.index + self._own_offsets, round_.mask, round_.sizes)
+        return Gathered(round_.index + self._trial_offsets, round_.mask, round_.sizes)
 
     def trial_rows(self, values: torch.Tensor, t: int) -> torch.Tensor:
         """Trial t's task's rows of `values` (a `per_record` tensor): (n, ...)."""
