@@ -170,6 +170,12 @@ class Method(ABC):
     private: ClassVar[bool]  # True: needs a PrivacyBudget and spends it
     knob: ClassVar[Knob | None] = None  # the fairness knob, None for plain baselines
     Hparams: ClassVar[type[Hparams]] = Hparams
+    # what the plugin had to reconstruct because its sources are incomplete (one line, shown
+    # wherever methods are listed); None: implemented from a complete specification
+    reconstructed: ClassVar[str | None] = None
+    # True: predictions read each record's sensitive attribute (a group-aware post-processor);
+    # every row, table and plot marks such a method, never compared silently with the others
+    sensitive_at_test: ClassVar[bool] = False
 
     def __init__(self, **hparams: Any) -> None:
         try:
