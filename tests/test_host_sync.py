@@ -72,6 +72,9 @@ CASES = [
     ("dpse", {"steps": 5}, FairnessSpec(BGL, 0.5), "cls"),
     ("dpnose", {"steps": 5}, FairnessSpec(BGL, None), "reg"),
     ("dpnose", {"steps": 5, "objective": "group_means"}, FairnessSpec(BGL, None), "cls"),
+    ("jagielski-post", FAST, FairnessSpec(EO, 0.05), "cls"),
+    ("jagielski-post", {**FAST, "privacy_notion": "sensitive-attribute", "holdout": 0.2},
+     FairnessSpec(DP, 0.05), "cls3"),
 ]  # fmt: skip
 # methods whose training is no torch step loop, and why
 EXEMPT = {

@@ -167,7 +167,7 @@ def _outputs(fitted: Fitted, task: Task) -> np.ndarray:
     probe = task.test.X
     if task.kind == "regression":
         return fitted.predict_values(probe)
-    return fitted.predict_proba(probe)
+    return fitted.predict_proba(probe, task.test.s)
 
 
 def _differences(first: Fitted, second: Fitted, task: Task) -> list[str]:

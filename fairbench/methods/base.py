@@ -105,16 +105,30 @@ class Fitted:
     weights: list[float] | None = None  # per-component probabilities; None: uniform
     budget: Budget | None = None
     plan: PrivacyLedger | None = None  # what the method declared before drawing noise
+    # a group-aware derived predictor (Hardt et al. 2016): P(output 1 | model's hard
+    # prediction, group), shape (2, groups); set, predictions read the sensitive attribute
+    derived: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.weights is not None:
             w = np.asarray(self.weights, dtype=np.float64)
             if len(w) != len(self.components) or (w < 0).any() or abs(w.sum() - 1) > 1e-9:
                 raise ValueError("mixture weights: one probability >= 0 per component, sum 1")
+        if self.derived is not None:
+            table = np.asarray(self.derived, dtype=np.float64)
+            if table.ndim != 2 or table.shape[0] != 2 or ((table < 0) | (table > 1)).any():
+                raise ValueError("derived predictor: P(1 | prediction, group) of shape (2, groups)")
+            if self.components:
+                raise ValueError("a derived predictor post-processes one model, not a mixture")
 
     @property
     def randomized(self) -> bool:
-        return bool(self.components)
+        return bool(self.components) or self.derived is not None
+
+    @property
+    def sensitive_at_test(self) -> bool:
+        """Whether predictions need each record's group (`s`)."""
+        return self.derived is not None
 
     @torch.no_grad()
     def _softmax(self, model: nn.Module, X: np.ndarray) -> np.ndarray:
@@ -131,9 +145,16 @@ class Fitted:
         """(components, records): each component's hard predictions."""
         return self.component_probabilities(X).argmax(axis=2)
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+    def predict_proba(self, X: np.ndarray, s: np.ndarray | None = None) -> np.ndarray:
         """Class probabilities; for a randomized classifier, the probability that it outputs
-        each class (the weighted share of components predicting it)."""
+        each class (the weighted share of components predicting it, or the derived
+        predictor's flip probability of the record's group `s`, which it then requires)."""
+        if self.derived is not None:
+            if s is None:
+                raise ValueError("this classifier reads the sensitive attribute: pass s")
+            base = self._softmax(self.model, X).argmax(axis=1)
+            one = np.asarray(self.derived, dtype=np.float64)[base, np.asarray(s)]
+            return np.stack([1 - one, one], axis=1)
         if not self.randomized:
             return self._softmax(self.model, X)
         probabilities = self.component_probabilities(X)
@@ -141,13 +162,19 @@ class Fitted:
         return np.stack([np.average(votes == c, axis=0, weights=self.weights)
                          for c in range(probabilities.shape[2])], 1)  # fmt: skip
 
-    def predict(self, X: np.ndarray, seed: int | None = None) -> np.ndarray:
-        """Hard predictions; a randomized classifier draws a component per record from
-        `seed`, which it requires."""
+    def predict(
+        self, X: np.ndarray, seed: int | None = None, s: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Hard predictions; a randomized classifier draws a component (or the derived
+        predictor's output, from the record's group `s`) per record from `seed`, which it
+        requires."""
         if not self.randomized:
             return self.predict_proba(X).argmax(axis=1)
         if seed is None:
             raise ValueError("a randomized classifier predicts with a seed: predict(X, seed=0)")
+        if self.derived is not None:
+            one = self.predict_proba(X, s)[:, 1]
+            return (np.random.default_rng(seed).random(len(one)) < one).astype(np.int64)
         votes = self.component_predictions(X)
         rng = np.random.default_rng(seed)
         drawn = (rng.integers(0, len(votes), size=votes.shape[1]) if self.weights is None

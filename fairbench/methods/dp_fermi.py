@@ -84,6 +84,7 @@ from fairbench.methods.engine import (
     StackedProgram,
     calibrated,
     check_one_free_quantity,
+    exact_sums,
     expected_batch,
     init_models,
     one_schedule,
@@ -93,7 +94,7 @@ from fairbench.methods.knob import Direction, Knob
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
-from fairbench.privacy.contributions import StackedOuterProducts, StackedScattered
+from fairbench.privacy.contributions import StackedScattered
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import PrivacyNotion, PrivacySession
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums, poisson_rounds
@@ -174,14 +175,6 @@ def project_rows(w: torch.Tensor, radius: float) -> torch.Tensor:
     """Each cell's W (the last two axes) projected onto the Frobenius ball of `radius`."""
     norms = w.flatten(-2).norm(dim=-1).clamp(min=1e-12)
     return w * (radius / norms).clamp(max=1.0)[..., None, None]
-
-
-def exact_sums(contributions) -> list[torch.Tensor]:
-    """The unclipped, noiseless sums of a stack's contributions, stacked on the trial axis
-    (public terms, which no mechanism releases)."""
-    if isinstance(contributions, StackedOuterProducts):
-        return contributions.weighted_sum(None)
-    return [part.unsqueeze(0) for part in contributions.trial(0).weighted_sum(None)]
 
 
 class DPFermiHparams(TrainingHparams):

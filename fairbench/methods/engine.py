@@ -38,6 +38,7 @@ from fairbench.privacy import (
     calibrate_steps,
 )
 from fairbench.privacy.accountant import PLAIN, StepShape, at_search_bound
+from fairbench.privacy.contributions import StackedOuterProducts
 from fairbench.privacy.session import Batch, PrivacyNotion, PrivacySession
 from fairbench.privacy.stacked import StackedBatches, poisson_rounds
 from fairbench.task import Task
@@ -280,3 +281,11 @@ def one_stacked_step(trial: Trial, program: StackedProgram, plan: PrivacyLedger
     next_round = poisson_rounds([trial.session], len(trial.task.train),
                                 program.schedule.sampling_rate)  # fmt: skip
     return lambda: program.step(next_round())
+
+
+def exact_sums(contributions) -> list[torch.Tensor]:
+    """The unclipped, noiseless sums of a stack's contributions, stacked on the trial axis
+    (public terms, which no mechanism releases)."""
+    if isinstance(contributions, StackedOuterProducts):
+        return contributions.weighted_sum(None)
+    return [part.unsqueeze(0) for part in contributions.trial(0).weighted_sum(None)]

@@ -246,3 +246,21 @@ def calibrate_steps(
         start_meets=True,
         cap=True,
     )
+
+
+@lru_cache(maxsize=256)
+def calibrate_laplace_scale(target_epsilon: float, delta: float) -> float:
+    """Smallest scale (in units of the l1 sensitivity) of one Laplace release meeting the
+    target: at most 1/epsilon (pure DP), a little less at delta > 0."""
+    validate(target_epsilon=target_epsilon, delta=delta)
+
+    def eps(scale: float, interval: float) -> float:
+        return epsilon(dp_event.LaplaceDpEvent(scale), delta, _interval=interval)
+
+    return _solve_monotone(
+        eps,
+        target_epsilon,
+        increasing=False,
+        start=1.0 / target_epsilon,
+        limits=(MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER),
+    )

@@ -28,6 +28,7 @@ COLUMNS = (
     "constraint_definition",
     "knob_name",
     "privacy_notion",
+    "uses_sensitive_at_test",
     "epsilon_spent",
     "epsilon_checks",
     "target_accounting",
@@ -93,6 +94,7 @@ class TrialRow:
     constraint_definition: dict[str, Any] | None
     knob_name: str | None
     privacy_notion: str
+    uses_sensitive_at_test: bool  # predictions read the group (never compared silently)
     epsilon_spent: float
     epsilon_checks: dict[str, Any]
     target_accounting: str

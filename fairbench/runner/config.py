@@ -215,6 +215,17 @@ def _check_shapes(
             constraints.build(constraint, definition, task.n_classes, task.n_groups, 0.0)
 
 
+SENSITIVE_MARK = " (A at test)"
+
+
+def series_label(label: str, cls: type) -> str:
+    """How reports name a method entry: its label, marked when the method's predictions read
+    the sensitive attribute, so no table or legend compares it silently with those that do
+    not (the rows also say so, `uses_sensitive_at_test`)."""
+    marked = cls.sensitive_at_test and SENSITIVE_MARK not in label
+    return label + SENSITIVE_MARK if marked else label
+
+
 def _method_trials(
     config: ExperimentConfig,
     entry: MethodEntry,
@@ -246,7 +257,7 @@ def _method_trials(
                     dataset=dataset,
                     dataset_options=options,
                     method=entry.name,
-                    label=entry.label or entry.name,
+                    label=series_label(entry.label or entry.name, cls),
                     hparams=hparams,
                     constraint=constraint,
                     constraint_definition=definition,

@@ -132,7 +132,13 @@ def decisions(fitted: Fitted, split: Split):
     every record appears once per component with that component's prediction, weighted by
     the component's probability when the mixture is not uniform, so each rate the metrics
     take (error, group rates, conditional rates) is the mixture's expected rate. Its log loss
-    is the components' (weighted) average."""
+    is the components' (weighted) average. A derived predictor (`Fitted.derived`) likewise:
+    each record once per output, weighted by that output's probability given its group."""
+    if fitted.derived is not None:  # each record twice: output 1 with its probability, 0 else
+        proba = fitted.predict_proba(split.X, split.s)
+        both = np.concatenate([np.ones(len(split), np.int64), np.zeros(len(split), np.int64)])
+        return (np.tile(split.y, 2), np.tile(split.s, 2), both, np.tile(proba, (2, 1)),
+                np.concatenate([proba[:, 1], proba[:, 0]]))  # fmt: skip
     if not fitted.randomized:
         proba = fitted.predict_proba(split.X)
         return split.y, split.s, proba.argmax(axis=1), proba, None
@@ -262,6 +268,7 @@ def _row(spec, method, fitted, privacy, spent, checks, wall, phases, task, val, 
         **{k: v for k, v in asdict(spec).items() if k != "secure_noise"},
         knob_name=None if method.knob is None else method.knob.name,
         privacy_notion=fitted.privacy_notion if privacy is not None else "non-private",
+        uses_sensitive_at_test=fitted.sensitive_at_test,
         epsilon_spent=spent,
         epsilon_checks=checks,
         target_accounting=fitted.target_accounting,

@@ -193,6 +193,8 @@ def outputs(fitted: Fitted, split: Split, task: Task) -> np.ndarray:
     """Every number the model answers on `split` with (each component's, when randomized)."""
     if task.kind == "regression":
         return fitted.predict_values(split.X)
+    if fitted.derived is not None:
+        return fitted.predict_proba(split.X, split.s)
     return fitted.component_probabilities(split.X)
 
 
