@@ -38,6 +38,11 @@ CASES = {
     ],
     "dpse": [({"steps": 5}, BGL, 0.5), ({"steps": 5, "group_sizes": "public"}, BGL, None)],
     "dpnose": [({"steps": 5}, BGL, 0.5), ({"steps": 5}, BGL, None)],
+    "jagielski-post": [
+        ({**SMALL}, EO, 0.05),
+        ({**SMALL, "holdout": 0.3}, DP, 0.0),
+        ({**SMALL, "privacy_notion": "sensitive-attribute"}, EO, 0.05),
+    ],
 }
 
 
