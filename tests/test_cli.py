@@ -86,6 +86,8 @@ def test_privacy_calibrate_both_ways_and_refuses_ambiguity(cli):
 def test_list_commands(cli):
     code, out, _ = cli("list", "methods")
     assert code == 0 and "dp-sgd" in out and "erm" in out and "[private]" in out
+    (post,) = [line for line in out.splitlines() if line.startswith("jagielski-post ")]
+    assert "needs A at test" in post and "knob: gamma" in post
     code, out, _ = cli("list", "datasets")
     assert "adult" in out and "synthetic" in out
     code, out, _ = cli("list", "configs")

@@ -25,10 +25,14 @@ def list_(what: Listable) -> None:
     if what is Listable.methods:
         from fairbench.methods import registry as methods
 
-        for name, cls in sorted(methods().items()):
-            kind = "private" if cls.private else "non-private"
-            knob = f", knob: {cls.knob.name}" if cls.knob else ""
-            print(f"{name:12s} {cls.description} [{kind}{knob}]")
+        found = sorted(methods().items())
+        width = max(len(name) for name, _ in found)
+        for name, cls in found:
+            tags = ["private" if cls.private else "non-private"]
+            tags += [f"knob: {cls.knob.name}"] if cls.knob else []
+            tags += ["needs A at test"] if cls.sensitive_at_test else []
+            tags += [f"reconstructed: {cls.reconstructed}"] if cls.reconstructed else []
+            print(f"{name:{width}s} {cls.description} [{'; '.join(tags)}]")
     elif what is Listable.datasets:
         from fairbench.datasets import registry as datasets
 
