@@ -168,3 +168,33 @@ def test_dp_fermi_splits_a_stack_by_schedule(tasks, monkeypatch):
     assert sizes == [[0.0, 0.0], [2.0, 2.0]]
     assert [f.info["lambda"] for f in fits] == [t.fairness.knob for t in trials]
     assert fits[0].info["noise_multiplier"] < fits[1].info["noise_multiplier"]  # W's release
+
+
+def test_padding_rows_of_a_device_batch_contribute_nothing_through_one_model(tasks):
+    """On a device a Poisson batch is padded to a fixed width with copies of record 0; an MLP
+    (one trial, `OneModel`) must give those rows zero gradient, or record 0 would count in the
+    clipped sum once per padding row."""
+    from fairbench.methods.engine import StackedData, exact_sums
+    from fairbench.models import build_model
+    from fairbench.models.grad_sample import CrossEntropy
+    from fairbench.models.stacked import stack_models
+    from fairbench.privacy.stacked import poisson_rounds
+    from fairbench.privacy.sync import device_paths
+    from fairbench.streams import torch_stream
+
+    task = tasks[0]
+    model = build_model("mlp", task.n_features, task.n_classes, 8, torch_stream(0, "init"))
+    stack = stack_models([model])
+    data = StackedData([task], torch.device("cpu"))
+    with device_paths():
+        round_ = poisson_rounds([PrivacySession(0)], data.n, 0.05)()
+    assert round_.mask is not None and not bool(round_.mask.all())  # padded
+    rows = data.gather(round_)
+    x = rows.rows(data.x)
+    summed = exact_sums(stack.contributions(x, CrossEntropy(rows.rows(data.y)),
+                                            stack.logits(x), rows))  # fmt: skip
+    real = round_.index[0][round_.mask[0]]
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(data.x[real]), data.y[real], reduction="sum").backward()
+    for got, want in zip(summed, [p.grad for p in model.parameters()], strict=True):
+        assert torch.allclose(got[0], want, atol=1e-5)

@@ -74,8 +74,16 @@ class OneModel:
         return self.model(x[0]).unsqueeze(0)
 
     def contributions(self, x, loss, logits, rows, x_sq=None) -> OneTrial:
-        return OneTrial(self.per_sample(x[0], lambda z: loss(z.unsqueeze(0)).squeeze(0),
-                                        logits=logits[0]))  # fmt: skip
+        """Each record's gradient; a padding row (`rows.mask` False: a device's fixed-size
+        batch) has its loss multiplied by 0, so its gradient is exactly 0 and it contributes
+        nothing to a clipped sum (a copy of a real record would otherwise count again)."""
+        mask = None if rows.mask is None else rows.mask[0].to(logits.dtype)
+
+        def per_record(z: torch.Tensor) -> torch.Tensor:
+            losses = loss(z.unsqueeze(0)).squeeze(0)
+            return losses if mask is None else losses * mask
+
+        return OneTrial(self.per_sample(x[0], per_record, logits=logits[0]))
 
     @torch.no_grad()
     def descend(self, sums: list[torch.Tensor], step: float) -> None:
