@@ -29,7 +29,9 @@ no sensitive-attribute option). Per step, on one Poisson batch (rate q):
 - a Laplace histogram of the rows (u_i / C_u, c_i, 1) / 3 by group (l1 norm <= 1, hence
   sensitivity 1), scale `histogram_scale`; multiplying back by 3 and C_u is post-processing.
   Its per-group means (noisy sums over noisy counts floored at `min_count`) give the next
-  step's signs.
+  step's signs; `sign_momentum` > 0 takes them from a moving average of the noisy sums
+  instead (post-processing, free; default 0, the notes' previous-step form). On Adult at
+  eps 1 (2 seeds) 0.9 made the penalty bite at smaller lambda but collapsed at lambda >= 10.
 n and n_a come from one Laplace release of the group counts at the start (scale
 `count_scale`, floored at `min_count`; n = sum of the noisy n_a). Ledger:
   PoissonSampled(q, Composed[Gaussian(sigma), Laplace(histogram_scale)]) x T
