@@ -38,6 +38,11 @@ CASES = {
     ],
     "dpse": [({"steps": 5}, BGL, 0.5), ({"steps": 5, "group_sizes": "public"}, BGL, None)],
     "dpnose": [({"steps": 5}, BGL, 0.5), ({"steps": 5}, BGL, None)],
+    "dp-erm-mitigation": [
+        ({**SMALL}, DP, 1.0),
+        ({**SMALL}, EO, 0.0),
+        ({**SMALL, "model": "mlp", "sign_momentum": 0.5}, DP, 1.0),
+    ],
 }
 
 
