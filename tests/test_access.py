@@ -43,6 +43,11 @@ CASES = {
         ({**SMALL, "holdout": 0.3}, DP, 0.0),
         ({**SMALL, "privacy_notion": "sensitive-attribute"}, EO, 0.05),
     ],
+    "dp-erm-mitigation": [
+        ({**SMALL}, DP, 1.0),
+        ({**SMALL}, EO, 0.0),
+        ({**SMALL, "model": "mlp", "sign_momentum": 0.5}, DP, 1.0),
+    ],
 }
 
 
