@@ -94,9 +94,21 @@ $(PRIVACY_COST_TUNES): privacy-cost-%: install
 	$(PRIVACY_COST_ENV) $(BIN)/fairbench tune privacy-cost-$* --out results/tune/privacy-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
 	echo $$(( $$(date +%s) - start )) > results/tune/privacy-cost/$*/wall_seconds.txt
 
+# fig-literature (issue 23): the baselines the seed papers claim to beat (Jagielski et al.,
+# PF-LD) beside RaCO-DP and DP-FERMI, equalized odds on Adult and Credit, eps 0.5/1/3, both
+# privacy notions, tuned with equal budgets (re-running resumes); then the figure, the
+# dominance tables and the published Adult points against ours in results/figures/fig-literature.
+.PHONY: fig-literature
+fig-literature: install
+	@mkdir -p results/tune/literature
+	start=$$(date +%s); \
+	$(PRIVACY_COST_ENV) $(BIN)/fairbench tune literature --out results/tune/literature $(if $(WORKERS),--workers $(WORKERS)) && \
+	echo $$(( $$(date +%s) - start )) > results/tune/literature/wall_seconds.txt
+	$(BIN)/fairbench figure literature results/tune/literature --out results/figures/fig-literature
+
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
 # results/figures/<target>/; re-running resumes and skips finished trials.
-FIGURES := fig-privacy-cost fig-adult-dp fig-adult-eo fig-adult-fnr fig-credit-parkinsons fig-multigroup fig-dp-fermi fig-dpse table-datasets table-step-time
+FIGURES := fig-privacy-cost fig-literature fig-adult-dp fig-adult-eo fig-adult-fnr fig-credit-parkinsons fig-multigroup fig-dp-fermi fig-dpse table-datasets table-step-time
 # fig-acs joins when its PUMS file is present (it is not downloaded by `make figures`)
 ACS_PUMS := $(if $(FAIRBENCH_DATA),$(wildcard $(FAIRBENCH_DATA)/acs/2018/5-Year/psam_p01.csv))
 FIGURES += $(if $(ACS_PUMS),fig-acs)

@@ -283,6 +283,17 @@ class Method(ABC):
         `fairbench bench`."""
 
 
+SENSITIVE_MARK = " (A at test)"
+
+
+def series_label(label: str, method: type[Method]) -> str:
+    """How reports name a method entry: its label, marked when the method's predictions read
+    the sensitive attribute, so no table or legend compares it silently with those that do
+    not (the rows also say so, `uses_sensitive_at_test`)."""
+    marked = method.sensitive_at_test and SENSITIVE_MARK not in label
+    return label + SENSITIVE_MARK if marked else label
+
+
 def resolve_device(device: Device) -> torch.device:
     """`auto` picks CUDA when available; asking for CUDA without one is a clear error."""
     if device == "auto":

@@ -89,7 +89,9 @@ def _private_lines(ax, private: pd.DataFrame, plugins: dict[str, str]) -> None:
 
 def _twins(ax, here: pd.DataFrame, plugins: dict[str, str], edge: float) -> None:
     """The private methods' non-private twins as points at the "non-private" tick."""
-    twins = here[here["epsilon"].map(math.isinf) & ~here["method"].isin([ERM, FAIR_REFERENCE])]
+    twins = here[
+        here["epsilon"].map(math.isinf).astype(bool) & ~here["method"].isin([ERM, FAIR_REFERENCE])
+    ]
     for i, row in enumerate(twins.sort_values("method").itertuples(index=False)):
         look = style(plugins.get(row.method, row.method))
         ax.errorbar(
@@ -162,7 +164,7 @@ def _panel(
 ) -> None:
     here = rows[(rows["model"] == model) & (rows["tau"] == tau)]
     edge = max(eps) * 3  # where the non-private twins sit, in every panel alike
-    _private_lines(ax, here[here["epsilon"].map(math.isfinite)], plugins)
+    _private_lines(ax, here[here["epsilon"].map(math.isfinite).astype(bool)], plugins)
     _twins(ax, here, plugins, edge)
     _references(ax, rows, model, tau)
     _axes(ax, eps, edge, tau, here.empty, unreached)

@@ -19,7 +19,7 @@ from fairbench.constraints import CustomConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError, DataError
 from fairbench.methods import get_method, method_class
-from fairbench.methods.base import resolve_device
+from fairbench.methods.base import resolve_device, series_label
 from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import DEFAULT_DELTA, PrivacyBudget
 from fairbench.privacy.noise import OPENDP_MISSING
@@ -213,17 +213,6 @@ def _check_shapes(
         task = get_dataset(dataset, **options).load(seed=config.seed_list[0])
         if definition is not None:
             constraints.build(constraint, definition, task.n_classes, task.n_groups, 0.0)
-
-
-SENSITIVE_MARK = " (A at test)"
-
-
-def series_label(label: str, cls: type) -> str:
-    """How reports name a method entry: its label, marked when the method's predictions read
-    the sensitive attribute, so no table or legend compares it silently with those that do
-    not (the rows also say so, `uses_sensitive_at_test`)."""
-    marked = cls.sensitive_at_test and SENSITIVE_MARK not in label
-    return label + SENSITIVE_MARK if marked else label
 
 
 def _method_trials(

@@ -22,6 +22,8 @@ from rich.progress import (
 )
 
 from fairbench.errors import ConfigError
+from fairbench.methods import method_class
+from fairbench.methods.base import series_label
 from fairbench.rundir import CONFIG_FILE, saved_config
 from fairbench.rundir.row import TrialRow
 from fairbench.rundir.store import ResultStore
@@ -51,7 +53,7 @@ def resolved_config(config: ExperimentConfig, specs: list[TrialSpec]) -> dict[st
         for s in datasets.values()
     ]
     for entry in data["methods"]:
-        label = entry["label"] or entry["name"]
+        label = series_label(entry["label"] or entry["name"], method_class(entry["name"]))
         first = next(s for s in specs if s.label == label and s.method == entry["name"])
         entry["hparams"] = {k: v for k, v in first.hparams.items() if k not in entry["sweep"]}
     return data

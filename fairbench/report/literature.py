@@ -1,0 +1,304 @@
+"""`fig-literature`: the field's baselines (Jagielski et al., PF-LD, the DP-ERM mitigation)
+beside the seed methods, tuned with equal budgets (`fairbench tune`), in both privacy notions,
+with the published Adult points beside ours.
+
+Per dataset it writes a CSV (privacy_cost's rows plus each row's privacy notion and whether
+the method reads the sensitive attribute at test time), one figure (a row of panels per
+notion, a column per violation target tau; published points as black markers in the panels of
+their own notion only), the dominance table (does a seed method beat a baseline at tau: the
+paired per-seed test-error difference with its 95% t-interval), and `references.csv`/`.md`
+(each published point against our tuned error at the loosest target no looser than its
+violation: ours is then at least as fair by its target).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from fairbench.errors import ConfigError
+from fairbench.methods.base import SENSITIVE_MARK
+from fairbench.report.privacy_cost import (
+    COLUMNS,
+    TuneOutput,
+    _final_trials,
+    _write,
+    cost_rows,
+    load_tune_output,
+)
+from fairbench.report.privacy_cost_plot import _panel
+
+NOTIONS = ("full", "sensitive-attribute")
+NOTION_TITLES = {"full": "full-record DP", "sensitive-attribute": "DP of the sensitive attribute"}
+SEEDS = ("raco-dp", "dp-fermi")  # the seed methods whose claims the baselines test
+REFERENCES = Path(__file__).resolve().parent.parent / "references" / "adult-published-baselines.csv"
+# the published file's names for constraints
+EXPERIMENTS = {"equalized_odds": "equalized_odds", "demographic_parity": "demographic_parity"}
+
+
+def literature_rows(tuned: TuneOutput) -> tuple[pd.DataFrame, dict[tuple, pd.Series]]:
+    """privacy_cost's rows with `privacy_notion` and `uses_sensitive_at_test`, and per row
+    key (dataset, tau, method, epsilon) its fresh seeds' test errors (for paired tests)."""
+    rows = cost_rows(tuned)
+    notions, at_test, errors = [], [], {}
+    for _, sel in tuned.selection.dropna(subset=["selected"]).iterrows():
+        trials = _final_trials(tuned, sel)
+        if trials.empty:
+            continue
+        key = (tuned.datasets[sel["dataset"]][0], float(sel["target"]), sel["method"],
+               float(sel["epsilon"]))  # fmt: skip
+        errors[key] = trials.set_index("seed")["test_error"].astype(float)
+        notions.append((key, trials["privacy_notion"].iloc[0]))
+        used = trials.get("uses_sensitive_at_test", pd.Series([False]))
+        at_test.append((key, bool(used.fillna(False).astype(bool).any())))
+    notion_of, test_of = dict(notions), dict(at_test)
+    keys = list(zip(rows["dataset"], rows["tau"], rows["method"], rows["epsilon"], strict=True))
+    rows["privacy_notion"] = [_base_notion(notion_of[k]) for k in keys]
+    rows["uses_sensitive_at_test"] = [test_of[k] for k in keys]
+    # tune names a method by its config label: mark those reading the group at test time
+    marked = {k[2]: k[2] + SENSITIVE_MARK for k, used in test_of.items()
+              if used and SENSITIVE_MARK not in k[2]}  # fmt: skip
+    rows["method"] = rows["method"].map(lambda m: marked.get(m, m))
+    errors = {(d, t, marked.get(m, m), e): v for (d, t, m, e), v in errors.items()}
+    return rows, errors
+
+
+def _base_notion(notion: str) -> str:
+    """`full`, `sensitive-attribute` (however qualified) or `non-private`."""
+    if notion.startswith("sensitive-attribute"):
+        return "sensitive-attribute"
+    return "full" if notion.startswith("full") else notion
+
+
+def published_points(path: Path = REFERENCES) -> pd.DataFrame:
+    """The published baseline points (README beside the file says what they are)."""
+    if not Path(path).is_file():
+        raise ConfigError(f"no published reference points at {path}")
+    frame = pd.read_csv(path)
+    frame["epsilon"] = frame["epsilon"].astype(float)
+    return frame
+
+
+MATCH_COLUMNS = ["reference", "dataset", "constraint", "epsilon", "lambda", "published_error",
+                 "published_violation", "method", "tau", "our_error", "our_violation",
+                 "difference"]  # fmt: skip
+
+
+def matched(rows: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Each published point against each of our tuned methods of its notion (sensitive-
+    attribute) and epsilon: our test error at the loosest target tau <= its violation
+    (ours is then at least as fair by its target); NaN where every target is looser."""
+    out = []
+    ours = rows[rows["privacy_notion"] == "sensitive-attribute"]
+    for p in points.itertuples():
+        constraint = EXPERIMENTS.get(p.experiment, p.experiment)
+        panel = ours[(ours["dataset"] == p.dataset) & (ours["constraint"] == constraint)
+                     & (ours["epsilon"] == p.epsilon)]  # fmt: skip
+        for method, series in panel.groupby("method"):
+            within = series[series["tau"] <= p.fairness_violation]
+            best = within.sort_values("tau").iloc[-1] if len(within) else None
+            out.append({
+                "reference": p.method, "dataset": p.dataset, "constraint": constraint,
+                "epsilon": p.epsilon, "lambda": p._7, "published_error": p.test_error,
+                "published_violation": p.fairness_violation, "method": method,
+                "tau": math.nan if best is None else best["tau"],
+                "our_error": math.nan if best is None else best["test_error_mean"],
+                "our_violation": math.nan if best is None else best["violation_mean"],
+                "difference": (math.nan if best is None
+                               else best["test_error_mean"] - p.test_error),
+            })  # fmt: skip
+    return pd.DataFrame(out, columns=MATCH_COLUMNS)
+
+
+def references_markdown(table: pd.DataFrame) -> str:
+    lines = [
+        "# Published Adult points against fairbench's tuned re-runs",
+        "",
+        "Published: the DP-FERMI authors' stored result files (sensitive attribute only, their "
+        "closed-form calibration, delta = 1/n^2, hyper-parameters chosen on test; see "
+        "fairbench/references/README.md). Ours: the configuration tuned on validation at the "
+        "loosest target τ no looser than the published point's violation, in the same privacy "
+        "notion (DP of the sensitive attribute), re-run on 10 fresh seeds (mean test error). "
+        "difference = ours − published (negative: ours is better at a violation target at "
+        "least as strict). Blank: no target of ours is that strict.",
+        "",
+        "## Worst difference per published method, our method and ε",
+        "",
+        "| published | ours | ε | points compared | worst difference | best difference |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    reached = table.dropna(subset=["difference"])
+    for (ref, method, eps), grp in reached.groupby(["reference", "method", "epsilon"]):
+        worst, best = grp["difference"].max(), grp["difference"].min()
+        lines.append(f"| {ref} | {method} | {eps:g} | {len(grp)} | {worst:+.4f} | {best:+.4f} |")
+    lines += ["", "## Every point", "",
+              "| published | λ | ε | published error | published violation | ours | τ | "
+              "our error | our violation | difference |",
+              "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]  # fmt: skip
+    for r in table.itertuples():
+        ours = "" if math.isnan(r.our_error) else f"{r.our_error:.4f}"
+        tau = "" if math.isnan(r.tau) else f"{r.tau:g}"
+        vio = "" if math.isnan(r.our_violation) else f"{r.our_violation:.4f}"
+        diff = "" if math.isnan(r.difference) else f"{r.difference:+.4f}"
+        lam = "" if pd.isna(r._5) else f"{r._5:g}"
+        lines.append(f"| {r.reference} | {lam} | {r.epsilon:g} | {r.published_error:.3f} | "
+                     f"{r.published_violation:.3f} | {r.method} | {tau} | {ours} | {vio} | "
+                     f"{diff} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+DOMINANCE_COLUMNS = ["dataset", "privacy_notion", "epsilon", "tau", "seed_method", "other",
+                     "n_pairs", "error_seed", "error_other", "difference", "ci95",
+                     "violation_seed", "violation_other", "dominates"]  # fmt: skip
+
+
+def dominance(rows: pd.DataFrame, errors: dict[tuple, pd.Series]) -> pd.DataFrame:
+    """Per (dataset, notion, epsilon, tau): each seed method against each other tuned private
+    method of that notion, on their shared fresh seeds: mean paired test-error difference
+    (seed − other) and its 95% t-interval; `dominates` when the interval lies below 0 and
+    the seed method's mean test violation is no larger."""
+    out = []
+    private = rows[rows["epsilon"].map(math.isfinite) & (rows["selection_rule"] == "within_tau")]
+    for (dataset, notion, eps, tau), panel in private.groupby(
+        ["dataset", "privacy_notion", "epsilon", "tau"]
+    ):
+        by = {r.method: r for r in panel.itertuples()}
+        for seed in (m for m in by if m.split(" ")[0] in SEEDS):
+            for other in (m for m in by if m.split(" ")[0] not in SEEDS):
+                a = errors[(dataset, tau, seed, eps)]
+                b = errors[(dataset, tau, other, eps)]
+                diff = (a - b).dropna()
+                n = len(diff)
+                half = (float(stats.t.ppf(0.975, n - 1) * diff.std(ddof=1) / np.sqrt(n))
+                        if n > 1 else math.nan)  # fmt: skip
+                mean = float(diff.mean()) if n else math.nan
+                fairer = by[seed].violation_mean <= by[other].violation_mean
+                verdict = ("dominates" if mean + half < 0 and fairer
+                           else "worse" if mean - half > 0 else "no")  # fmt: skip
+                out.append({"dataset": dataset, "privacy_notion": notion, "epsilon": eps,
+                            "tau": tau, "seed_method": seed, "other": other, "n_pairs": n,
+                            "error_seed": by[seed].test_error_mean,
+                            "error_other": by[other].test_error_mean,
+                            "difference": mean, "ci95": half,
+                            "violation_seed": by[seed].violation_mean,
+                            "violation_other": by[other].violation_mean,
+                            "dominates": verdict})  # fmt: skip
+    return pd.DataFrame(out, columns=DOMINANCE_COLUMNS)
+
+
+def literature_figure(rows: pd.DataFrame, points: pd.DataFrame, tuned: TuneOutput, key: str,
+                      stem: Path) -> list[Path]:  # fmt: skip
+    """A row of panels per privacy notion present, a column per target (loosest first)."""
+    notions = [n for n in NOTIONS if (rows["privacy_notion"] == n).any()]
+    taus = sorted(rows["tau"].unique(), reverse=True)
+    eps = sorted(float(e) for e in tuned.config["epsilons"])
+    fig, axes = plt.subplots(len(notions), len(taus), figsize=(4.8 * len(taus),
+                             4.0 * len(notions)), sharey=True, squeeze=False)  # fmt: skip
+    shared = rows[rows["privacy_notion"] == "non-private"]
+    plugins = {**tuned.plugins, **{k + SENSITIVE_MARK: v for k, v in tuned.plugins.items()}}
+    for i, notion in enumerate(notions):
+        mine = pd.concat([rows[rows["privacy_notion"] == notion], shared])
+        for j, tau in enumerate(taus):
+            ax = axes[i][j]
+            _panel(ax, mine, "logistic", tau, plugins, eps, "")
+            ax.set_title(f"{NOTION_TITLES[notion]} · τ = {tau:g}", fontsize=10)
+            if notion == "sensitive-attribute":
+                _published(ax, points[points["dataset"] == key.split("-")[0]], tau,
+                           rows["constraint"].iloc[0])  # fmt: skip
+        axes[i][0].set_ylabel("test error (tuned at τ)")
+    fig.suptitle(f"{key} · {rows['constraint'].iloc[0]}: tuned with equal budgets at each τ, "
+                 f"{len(tuned.config['final_seeds'])} fresh seeds (mean, 95% CI); tuning not "
+                 "charged to ε", fontsize=10)  # fmt: skip
+    entries: dict[str, object] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    fig.legend(entries.values(), entries.keys(), fontsize=8, loc="center left",
+               bbox_to_anchor=(1.0, 0.5), frameon=False)  # fmt: skip
+    fig.tight_layout()
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
+    plt.close(fig)
+    return paths
+
+
+PUBLISHED_MARKERS = {"PFLD": "d", "Jagielski-Inprocessing": ">", "DP-ERM_Mitigation": "8"}
+
+
+def _published(ax, points: pd.DataFrame, tau: float, constraint: str) -> None:
+    """Published points of this constraint at their epsilon: filled black where their own
+    violation is within tau, hollow grey (violation written beside) where it is not."""
+    mine = points[(points["experiment"] == constraint) & points["epsilon"].map(math.isfinite)]
+    for method, grp in mine.groupby("method"):
+        marker = PUBLISHED_MARKERS.get(method, "x")
+        within = grp[grp["fairness_violation"] <= tau]
+        above = grp[grp["fairness_violation"] > tau]
+        ax.plot(within["epsilon"], within["test_error"], linestyle="none", marker=marker,
+                color="black", markersize=6,
+                label=f"published {method} (violation ≤ τ)")  # fmt: skip
+        ax.plot(above["epsilon"], above["test_error"], linestyle="none", marker=marker,
+                color="grey", markerfacecolor="none", markersize=6,
+                label=f"published {method} (violation > τ)")  # fmt: skip
+        for r in above.itertuples():
+            ax.annotate(f"{r.fairness_violation:.3f}", (r.epsilon, r.test_error), fontsize=5,
+                        color="grey", textcoords="offset points", xytext=(3, -6))  # fmt: skip
+
+
+def dominance_markdown(table: pd.DataFrame) -> list[str]:
+    lines = ["## Does a seed method beat each baseline at τ?", "",
+             "Paired over the shared fresh seeds: mean test-error difference (seed − other) "
+             "with its 95% t-interval. **dominates**: the interval lies below 0 and the seed "
+             "method's mean test violation is no larger; **worse**: the interval lies above 0; "
+             "**no**: neither.", "",
+             "| notion | ε | τ | seed | other | seed error | other error | difference | "
+             "seed violation | other violation | verdict |",
+             "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for r in table.sort_values(["privacy_notion", "epsilon", "tau", "seed_method", "other"],
+                               ascending=[True, True, False, True, True]).itertuples():  # fmt: skip
+        lines.append(f"| {r.privacy_notion} | {r.epsilon:g} | {r.tau:g} | {r.seed_method} | "
+                     f"{r.other} | {r.error_seed:.4f} | {r.error_other:.4f} | "
+                     f"{r.difference:+.4f} ± {r.ci95:.4f} | {r.violation_seed:.4f} | "
+                     f"{r.violation_other:.4f} | {r.dominates} |")  # fmt: skip
+    return lines
+
+
+def build(tune_out: Path, dest: Path, references: Path = REFERENCES) -> list[Path]:
+    """Per dataset `<key>.csv`, `<key>.png/.pdf`, `<key>-dominance.csv`; `references.csv/.md`
+    for the published points; `README.md` with every table. Returns the files written."""
+    tuned = load_tune_output(tune_out)
+    rows, errors = literature_rows(tuned)
+    points = published_points(references)
+    dest.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    report = ["# fig-literature: the field's baselines, tuned, in both privacy notions", "",
+              f"Tune output: `{tuned.path}` (budget {tuned.config['budget']} configurations "
+              "per method and ε, selection on validation, fresh seeds for the final runs). "
+              "Methods marked (A at test) read the sensitive attribute at prediction time.",
+              ""]  # fmt: skip
+    columns = [*COLUMNS, "privacy_notion", "uses_sensitive_at_test"]
+    for key in sorted(rows["dataset"].unique()):
+        mine = rows[rows["dataset"] == key].sort_values(
+            ["privacy_notion", "tau", "method", "epsilon"], ascending=[True, False, True, True]
+        )
+        written.append(_write(dest / f"{key}.csv", mine[columns].to_csv(index=False)))
+        paths = literature_figure(mine, points, tuned, key, dest / key)
+        written += paths
+        table = dominance(mine, errors)
+        written.append(_write(dest / f"{key}-dominance.csv", table.to_csv(index=False)))
+        report += [f"# {key}", "", f"![{paths[0].name}]({paths[0].name})", "",
+                   f"Rows: `{key}.csv`.", "", *dominance_markdown(table), ""]  # fmt: skip
+    table = matched(rows, points)
+    written.append(_write(dest / "references.csv", table.to_csv(index=False)))
+    written.append(_write(dest / "references.md", references_markdown(table)))
+    report += ["See `references.md` for the published Adult points against ours.", ""]
+    written.append(_write(dest / "README.md", "\n".join(report)))
+    return written
