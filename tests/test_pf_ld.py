@@ -252,6 +252,7 @@ def test_alpha_moves_violation_and_beats_dp_sgd(task):
 
 @pytest.mark.parametrize(("hparams", "spec", "message"), [
     ({}, FairnessSpec("false_negative_rate", 0.1), "supports the constraints"),
+    ({}, FairnessSpec("demographic_parity", -0.1), "outside its valid range"),
     ({"privacy_notion": "sensitive-attribute", "calibrate": "steps", "noise_multiplier": 3.0},
      None, "calibrate: noise"),
     ({"calibrate": "steps"}, None, "noise_multiplier"),

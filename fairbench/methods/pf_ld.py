@@ -347,6 +347,7 @@ class PFLD(Method):
         return calibrated(hp, n, privacy, hp.laplace_scale, counts)
 
     def plan(self, schedule: Schedule, n: int) -> PrivacyLedger:
+        """The ledger the module docstring gives for the trial's notion."""
         hp, plan = self.hparams, PrivacyLedger()
         q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
         if not self.sensitive:
@@ -366,6 +367,7 @@ class PFLD(Method):
                 f"method {self.name} supports the constraints {', '.join(CONSTRAINTS)}; "
                 f"got {fairness.constraint!r}"
             )
+        self.knob.validate(fairness.knob, method=self.name)
         return 0.0 if fairness.knob is None else float(fairness.knob)  # None: the paper's
 
     def stackable(self) -> bool:
