@@ -181,6 +181,16 @@ def group_log_losses(
     )
 
 
+def accuracy_parity_difference(
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, weight: np.ndarray | None = None
+) -> float:
+    """max − min over the groups present of the group error rate P(ŷ ≠ y | s)."""
+    y_true, y_pred, sensitive = _check(y_true, y_pred, sensitive)
+    errors = [_mean(y_pred[members] != y_true[members], _part(weight, members))
+              for g in np.unique(sensitive) if (members := sensitive == g).any()]  # fmt: skip
+    return float(max(errors) - min(errors)) if len(errors) >= 2 else 0.0
+
+
 def _fnr_violation(
     y_true: np.ndarray, y_pred: np.ndarray, sensitive: np.ndarray, weight: np.ndarray | None = None
 ) -> float:
@@ -220,4 +230,5 @@ VIOLATIONS = {
     "false_negative_rate": _fnr_violation,
     "false_negative_rate_parity": false_negative_rate_parity_difference,
     "bounded_group_loss": bounded_group_loss,
+    "accuracy_parity": accuracy_parity_difference,
 }

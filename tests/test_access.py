@@ -36,6 +36,12 @@ CASES = {
         ({"iterations": 3, "epochs": 1, "batch_size": 40}, EO, 0.05),
         ({"iterations": 3, "epochs": 1, "batch_size": 40, "play": "paper"}, BGL, 0.2),
     ],
+    "pf-ld": [
+        ({**SMALL}, DP, 0.05),
+        ({**SMALL}, EO, 0.0),
+        ({**SMALL}, "accuracy_parity", 0.0),
+        ({**SMALL, "privacy_notion": "sensitive-attribute"}, EO, 0.05),
+    ],
     "dpse": [({"steps": 5}, BGL, 0.5), ({"steps": 5, "group_sizes": "public"}, BGL, None)],
     "dpnose": [({"steps": 5}, BGL, 0.5), ({"steps": 5}, BGL, None)],
     "jagielski-post": [

@@ -21,6 +21,7 @@ def random_predictions(n=600, k=2, g=2, seed=0):
     ("equalized_odds", 2, 2, 8, 4), ("equalized_odds", 3, 4, 36, 12),
     ("false_negative_rate", 2, 2, 1, 2), ("false_negative_rate", 3, 2, 3, 3),
     ("false_negative_rate_parity", 2, 2, 4, 4), ("false_negative_rate_parity", 3, 2, 12, 6),
+    ("accuracy_parity", 2, 2, 4, 4), ("accuracy_parity", 3, 4, 8, 12),
 ])  # fmt: skip
 def test_builders_have_the_paper_sizes(name, k, g, j, q):
     cs = constraints.build(name, None, k, g, 0.05)
@@ -44,6 +45,10 @@ def test_evaluation_agrees_with_the_metrics():
     gap = metrics.false_negative_rate_parity_difference(y, p, s)
     assert max(c["value"] for c in parity) == pytest.approx(gap)
     assert sorted(c["value"] for c in parity)[:2] == pytest.approx([-gap, -gap])  # both signs
+    accuracy = constraints.build("accuracy_parity", None, 2, 2, 0.05).evaluate(y, p, s)
+    gap = metrics.accuracy_parity_difference(y, p, s)
+    assert max(c["value"] for c in accuracy) == pytest.approx(gap)
+    assert min(c["value"] for c in accuracy) == pytest.approx(-gap)  # both signs
     y, p, s = random_predictions(k=3, g=4, seed=1)
     dp = constraints.build("demographic_parity", None, 3, 4, 0.0).evaluate(y, p, s)
     ovr = metrics.demographic_parity_difference_ovr(p, s)
@@ -104,10 +109,11 @@ def test_an_empty_subset_is_refused_at_evaluation():
         cs.evaluate(y, p, s)
 
 
-def test_histogram_post_processing_matches_eq_12_and_eq_10():
+@pytest.mark.parametrize("name", ["equalized_odds", "accuracy_parity"])  # per-class, per-part
+def test_histogram_post_processing_matches_eq_12_and_eq_10(name):
     """Gamma_post from a histogram equals exact rates; the coefficient matrix equals the
     gradient of a naive, loop-by-loop Eq. (10) regularizer."""
-    cs = constraints.build("equalized_odds", None, 2, 3, 0.05)
+    cs = constraints.build(name, None, 2, 3, 0.05)
     rng = np.random.default_rng(0)
     hist = rng.uniform(1, 20, size=(cs.n_parts, 2))
     rates = TorchRates(cs, torch.device("cpu"))
@@ -122,8 +128,24 @@ def test_histogram_post_processing_matches_eq_12_and_eq_10():
         members = np.flatnonzero(cs.term_parts[t])
         size = hist[members].sum()
         for q in members:
-            naive[q] += lam[cs.term_owner[t]].item() * cs.term_weights[t] / size
+            alpha = cs.term_weights[t] if cs.term_weights.ndim == 2 else cs.term_weights[t, q]
+            naive[q] += lam[cs.term_owner[t]].item() * alpha / size
     assert coef == pytest.approx(naive, rel=1e-5)
+
+
+def test_accuracy_parity_counts_each_parts_wrong_class():
+    """Group 0's error rate against the rest's, from a (label x group) histogram by hand:
+    part (y, z) counts predictions of the class that is not y."""
+    cs = constraints.build("accuracy_parity", None, 2, 2, 0.0)
+    hist = np.zeros((4, 2))  # parts: (y=0,s=0) 0, (y=0,s=1) 1, (y=1,s=0) 2, (y=1,s=1) 3
+    hist[0] = [3, 1]  # 1 error of 4
+    hist[2] = [2, 4]  # 2 errors of 6: group 0 errs 3 / 10
+    hist[1] = [5, 0]
+    hist[3] = [0, 5]  # group 1 errs 0 / 10
+    values = dict(zip(cs.constraint_names, cs.values_from_histogram(hist), strict=True))
+    assert values["err(s=0) - err(s≠0)"] == pytest.approx(0.3)
+    assert values["err(s≠0) - err(s=0)"] == pytest.approx(-0.3)
+    assert values["err(s=1) - err(s≠1)"] == pytest.approx(-0.3)
 
 
 def test_equalized_odds_lambda_acts_on_its_own_label_and_group():

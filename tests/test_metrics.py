@@ -20,6 +20,21 @@ def test_binary_metrics_by_hand():
     assert metrics.group_error_rates(y, p, s, 2) == pytest.approx([0.5, 0.25])
 
 
+def test_accuracy_parity_by_hand():
+    # six records: group 0 errs on 2 of 3 (records 0, 2), group 1 on 0 of 2, group 2 on 1 of 1
+    y = np.array([1, 0, 1, 0, 1, 1])
+    p = np.array([0, 0, 0, 0, 1, 0])
+    s = np.array([0, 0, 0, 1, 1, 2])
+    assert metrics.accuracy_parity_difference(y, p, s) == pytest.approx(1.0)  # 1 - 0
+    assert metrics.accuracy_parity_difference(y[:5], p[:5], s[:5]) == pytest.approx(2 / 3)
+    assert metrics.accuracy_parity_difference(y, y, s) == 0.0
+    weight = np.array([1, 1, 2, 1, 1, 1])  # record 2 counts twice: group 0 errs 3 of 4
+    assert metrics.accuracy_parity_difference(y[:5], p[:5], s[:5], weight[:5]) == pytest.approx(
+        3 / 4
+    )
+    assert metrics.VIOLATIONS["accuracy_parity"] is metrics.accuracy_parity_difference
+
+
 def test_demographic_parity_pairwise_vs_one_vs_rest_with_three_groups():
     # positive rates: group0 1.0, group1 0.5, group2 0.0 (two members each)
     p = np.array([1, 1, 1, 0, 0, 0])

@@ -14,7 +14,7 @@ from torch import nn
 
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
-from fairbench.methods import cgoo, dp_fermi, dp_sgd, get_method, method_class, raco_dp
+from fairbench.methods import cgoo, dp_fermi, dp_sgd, get_method, method_class, pf_ld, raco_dp
 from fairbench.methods.engine import init_model
 from fairbench.models import MLP, build_model
 from fairbench.privacy import PrivacyLedger, epsilon
@@ -39,6 +39,7 @@ METHODS = {
     "raco-dp": ({"calibrate": "noise", "epochs": 8, "batch_size": 512}, 0.05, raco_dp),
     "dp-fermi": ({"epochs": 8, "lr": 0.5}, 1.0, dp_fermi),
     "cgoo": ({"iterations": 8}, 0.05, cgoo),
+    "pf-ld": ({"epochs": 8}, 0.05, pf_ld),
 }
 
 
@@ -56,6 +57,10 @@ def expected_event(method: str, row: TrialRow) -> dp_event.DpEvent | None:
     if method == "dp-fermi":  # theta's and W's Gaussian sums per step, plus the group counts
         counts = dp_event.GaussianDpEvent(b["noise"]["count"])
         return dp_event.ComposedDpEvent([sgd_steps(q, sigma, b["steps"], None, 2), counts])
+    if method == "pf-ld":  # the Lagrangian sum and the dual histogram per step, the counts
+        counts = dp_event.LaplaceDpEvent(b["noise"]["count"])
+        return dp_event.ComposedDpEvent([sgd_steps(q, sigma, b["steps"], info["laplace_scale"]),
+                                         counts])  # fmt: skip
     counts = dp_event.GaussianDpEvent(b["noise"]["count"])  # cgoo
     return dp_event.ComposedDpEvent(
         [dp_event.SelfComposedDpEvent(counts, info["iterations"]), sgd_steps(q, sigma, b["steps"])]

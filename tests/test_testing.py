@@ -36,6 +36,7 @@ TINY = {
     "cgoo-nonprivate": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),
     "dp-fermi": ({"epochs": 1}, {"knob_values": (0.0, 2.0)}),
     "dp-erm-mitigation": ({"epochs": 2}, {"knob_values": (0.0, 3.0)}),
+    "pf-ld": ({"epochs": 2}, {}),  # knob values from its Knob: alpha 1.0 (loose) -> 0.0
     "dpse": ({"steps": 5, "precursor_steps": 5},
              {"constraint": "bounded_group_loss", "knob_values": (2.0, 0.3)}),
     "dpnose": ({"steps": 5}, {"constraint": "bounded_group_loss", "knob_values": (2.0, 0.3)}),

@@ -15,7 +15,8 @@ from fairbench.errors import ConfigError
 def _assemble(
     name: str, part_table: np.ndarray, n_parts: int, constraints: list
 ) -> RateConstraintSet:
-    """`constraints`: (name, [(parts, weights)], gamma) triples."""
+    """`constraints`: (name, [(parts, weights)], gamma) triples; weights (K,) per term, or
+    (Q, K) per term in every term (one weight vector per part)."""
     parts, weights, owner = [], [], []
     for j, (_, terms, _) in enumerate(constraints):
         for members, alpha in terms:
@@ -111,11 +112,31 @@ def false_negative_rate_parity(
     return _assemble("false_negative_rate_parity", table, n_classes * n_groups, constraints)
 
 
+def accuracy_parity(n_classes: int, n_groups: int, gamma: float = 0.0) -> RateConstraintSet:
+    """Equal error rates across groups: for every group z, both err(s = z) − err(s ≠ z) ≤ γ and
+    the reverse, with err(S) = P(ŷ ≠ y | S). A record's wrong classes depend on its label, so
+    the partition is label × group and each term weighs its parts' classes apart: part (y, z)
+    counts every class but y. J = 2·|Z|, Q = |Y|·|Z|."""
+    table = np.arange(n_classes * n_groups).reshape(n_classes, n_groups)
+    wrong = np.zeros((n_classes * n_groups, n_classes))  # (Q, K): the classes wrong in part q
+    for y in range(n_classes):
+        wrong[table[y], :] = 1.0
+        wrong[table[y], y] = 0.0
+    constraints = []
+    for z in range(n_groups):
+        own = [int(table[y, z]) for y in range(n_classes)]
+        rest = [int(table[y, g]) for y in range(n_classes) for g in range(n_groups) if g != z]
+        for sign, name in ((1.0, f"err(s={z}) - err(s≠{z})"), (-1.0, f"err(s≠{z}) - err(s={z})")):
+            constraints.append((name, [(own, sign * wrong), (rest, -sign * wrong)], gamma))
+    return _assemble("accuracy_parity", table, n_classes * n_groups, constraints)
+
+
 BUILDERS = {
     "demographic_parity": demographic_parity,
     "equalized_odds": equalized_odds,
     "false_negative_rate": false_negative_rate,
     "false_negative_rate_parity": false_negative_rate_parity,
+    "accuracy_parity": accuracy_parity,
 }
 
 PARTITIONS = ("group", "label", "label_x_group")

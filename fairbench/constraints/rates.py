@@ -4,8 +4,10 @@ A constraint set is a global partition of the data into Q parts, given as a look
 (true label, group), and J constraints
     Gamma_j = sum_{I in I_j} sum_k alpha_{j,I,k} P_k(union of parts in I) <= gamma_j,
 where P_k(S) is the (soft or hard) rate of predicting class k on S. Every (j, I) pair is one
-*term*: a 0/1 membership row over the Q parts and a weight vector over the K classes. All
-quantities the methods need are then matrix products over a Q x K histogram of predictions.
+*term*: a 0/1 membership row over the Q parts and a weight vector over the K classes (or, a
+small extension of the paper's form, one weight vector per part, alpha_{j,I,q,k}: a rate whose
+counted classes depend on the part, such as a group's error rate over (label, group) parts).
+All quantities the methods need are then matrix products over a Q x K histogram of predictions.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ class RateConstraintSet:
     part_table: np.ndarray  # (K labels, G groups) -> part index in [0, Q)
     n_parts: int
     term_parts: np.ndarray  # (T, Q) 0/1: which parts a term's subset I unites
-    term_weights: np.ndarray  # (T, K) alpha_{j,I,k}
+    # (T, K) alpha_{j,I,k}, or (T, Q, K) when a term weighs each of its parts' classes apart
+    # (accuracy parity: the wrong classes of a part depend on its label)
+    term_weights: np.ndarray
     term_owner: np.ndarray  # (T,) the constraint j a term belongs to
     constraint_names: tuple[str, ...]
     gamma: np.ndarray  # (J,)
@@ -40,8 +44,11 @@ class RateConstraintSet:
              "every part of the partition must be reachable from some (label, group)"),
             (self.term_parts.shape == (len(self.term_owner), self.n_parts),
              f"term part masks must have shape (terms, {self.n_parts})"),
-            (self.term_weights.shape == (len(self.term_owner), n_classes),
-             f"term weights must have shape (terms, {n_classes}): one weight per class"),
+            (self.term_weights.shape[-1] == n_classes
+             and self.term_weights.shape[:-1] in ((len(self.term_owner),),
+                                                  (len(self.term_owner), self.n_parts)),
+             f"term weights must have shape (terms, {n_classes}) or (terms, parts, "
+             f"{n_classes}): one weight per class"),
             (self.term_parts.any(axis=1).all(), "every term must name at least one part"),
             (set(np.unique(self.term_owner)) == set(range(len(self.constraint_names))),
              "every constraint needs at least one term"),
@@ -86,8 +93,12 @@ class RateConstraintSet:
                 f"rate constraint {empty!r} averages over an empty subset of the data; "
                 "check the partition against the groups and labels present"
             )
-        rates = (self.term_parts @ hist) / sizes[:, None]
-        per_term = (self.term_weights * rates).sum(axis=1)
+        if self.term_weights.ndim == 2:
+            rates = (self.term_parts @ hist) / sizes[:, None]
+            per_term = (self.term_weights * rates).sum(axis=1)
+        else:
+            weighted = self.term_parts[:, :, None] * self.term_weights
+            per_term = np.einsum("tqk,qk->t", weighted, hist) / sizes
         return np.bincount(self.term_owner, weights=per_term, minlength=self.n_constraints)
 
     def evaluate(
@@ -123,7 +134,9 @@ class TorchRates:
                 raise ValueError("stacked constraint sets must differ only in gamma")
         as_t = lambda a: torch.as_tensor(a, dtype=torch.float32, device=device)  # noqa: E731
         self.parts = as_t(cs.term_parts)
-        self.weights = as_t(cs.term_weights)
+        per_part = cs.term_weights.ndim == 3  # masked to each term's own parts
+        self.weights = as_t(cs.term_parts[:, :, None] * cs.term_weights if per_part
+                            else cs.term_weights)  # fmt: skip
         self.owner = torch.as_tensor(cs.term_owner, dtype=torch.int64, device=device)
         self.gamma = as_t(np.stack([c.gamma for c in stack]) if isinstance(sets, list)
                           else cs.gamma)  # fmt: skip
@@ -136,11 +149,18 @@ class TorchRates:
 
     def values(self, hist: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
         """Gamma_post_j (Eq. 12)."""
-        per_term = (self.weights * (self.parts @ hist)).sum(dim=-1) / sizes
+        if self.weights.dim() == 2:
+            per_term = (self.weights * (self.parts @ hist)).sum(dim=-1) / sizes
+        else:
+            per_term = torch.einsum("tqk,...qk->...t", self.weights, hist) / sizes
         out = torch.zeros((*per_term.shape[:-1], self.n_constraints), device=hist.device)
         return out.index_add_(-1, self.owner, per_term)
 
     def coefficients(self, lam: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
-        """Q x K matrix c with c[q, k] = sum_j lam_j sum_{I in I_j, q in I} alpha_{j,I,k} / |B∩I|:
+        """Q x K matrix c with
+        c[q, k] = sum_j lam_j sum_{I in I_j, q in I} alpha_{j,I,(q),k} / |B∩I|:
         the regularizer of Eq. (10) for a record in part q is sum_k c[q, k] sigma_tau(z)_k."""
-        return self.parts.T @ (self.weights * (lam[..., self.owner] / sizes).unsqueeze(-1))
+        scaled = lam[..., self.owner] / sizes
+        if self.weights.dim() == 2:
+            return self.parts.T @ (self.weights * scaled.unsqueeze(-1))
+        return torch.einsum("tqk,...t->...qk", self.weights, scaled)
