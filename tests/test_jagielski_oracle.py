@@ -117,8 +117,9 @@ def test_the_sensitive_part_is_clipped_and_the_parts_sum_to_the_gradient():
                           full.logit_grad(logits))  # fmt: skip
     clipped = ClippedGradients(LogisticRegression(5, 2))
     for i in range(30):
-        one = jo.Difference(jo.WeightedCrossEntropy(z[i : i + 1], w[i : i + 1]),
-                            jo.WeightedCrossEntropy(y[i : i + 1], torch.full((1,), 0.8)))  # fmt: skip
+        own = slice(i, i + 1)
+        one = jo.Difference(jo.WeightedCrossEntropy(z[own], w[own]),
+                            jo.WeightedCrossEntropy(y[own], torch.full((1,), 0.8)))  # fmt: skip
         norm = math.sqrt(sum(float((g**2).sum()) for g in clipped(x[i : i + 1], one, 0.7)))
         assert norm <= 0.7 + 1e-5
     session = PrivacySession(0, budget=PrivacyBudget(1.0))
