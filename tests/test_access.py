@@ -19,6 +19,7 @@ DP = "demographic_parity"
 EO = "equalized_odds"
 BGL = "bounded_group_loss"
 SMALL = {"epochs": 2, "batch_size": 40}
+ROUNDS = {"iterations": 3, "epochs": 1, "batch_size": 40}  # jagielski-oracle: epochs per round
 # every private plugin, in each configuration whose data access differs
 CASES = {
     "dp-sgd": [({**SMALL}, DP, None)],
@@ -53,6 +54,11 @@ CASES = {
         ({**SMALL}, DP, 1.0),
         ({**SMALL}, EO, 0.0),
         ({**SMALL, "model": "mlp", "sign_momentum": 0.5}, DP, 1.0),
+    ],
+    "jagielski-oracle": [
+        ({**ROUNDS}, EO, 0.05),
+        ({**ROUNDS, "mixture": "uniform"}, DP, 0.05),
+        ({**ROUNDS, "privacy_notion": "sensitive-attribute"}, EO, 0.05),
     ],
 }
 

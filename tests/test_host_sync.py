@@ -28,6 +28,7 @@ from dp_accounting import dp_event
 import fairbench.methods.cgoo as cgoo
 import fairbench.methods.dpse as dpse
 import fairbench.methods.engine as engine
+import fairbench.methods.jagielski_oracle as jagielski_oracle
 import fairbench.methods.raco_dp as raco_dp
 import fairbench.privacy.sampling as sampling
 import fairbench.privacy.stacked as stacked
@@ -81,6 +82,12 @@ CASES = [
     ("jagielski-post", FAST, FairnessSpec(EO, 0.05), "cls"),
     ("jagielski-post", {**FAST, "privacy_notion": "sensitive-attribute", "holdout": 0.2},
      FairnessSpec(DP, 0.05), "cls3"),
+    ("jagielski-oracle", {"batch_size": 64, "iterations": 3}, FairnessSpec(EO, 0.05), "cls3"),
+    ("jagielski-oracle", {"batch_size": 64, "iterations": 3,
+                          "privacy_notion": "sensitive-attribute", "model": "mlp"},
+     FairnessSpec(DP, 0.05), "cls"),
+    ("jagielski-oracle-nonprivate", {"batch_size": 64, "iterations": 3}, FairnessSpec(DP, 0.05),
+     "cls"),
 ]  # fmt: skip
 # methods whose training is no torch step loop, and why
 EXEMPT = {
@@ -171,6 +178,9 @@ def guard(monkeypatch):
     stepping(engine.StackedProgram)
     stepping(cgoo.Reduction)
     monkeypatch.setattr(cgoo.Game, "move", guard.wrap(cgoo.Game.move))
+    for move in ("respond", "audit"):  # the game's moves, once per round each
+        monkeypatch.setattr(jagielski_oracle.Game, move,
+                            guard.wrap(getattr(jagielski_oracle.Game, move)))  # fmt: skip
     monkeypatch.setattr(dpse.DPSE, "_descend", guard.wrap(dpse.DPSE._descend))
     monkeypatch.setattr(dpse.DPSE, "_pooled_descent", guard.wrap(dpse.DPSE._pooled_descent))
     with device_paths():

@@ -19,16 +19,23 @@ FAST = {"epochs": 1, "steps": 5, "max_iter": 3, "iterations": 3, "T": 3}
 KNOBS = {"raco-dp": [0.02, 0.1], "sgda": [0.02, 0.1], "dp-fermi": [0.0, 2.0],
          "cgoo": [0.05, 0.1], "cgoo-nonprivate": [0.05, 0.1], "fairlearn-eg": [0.05, 0.1],
          "dpse": [0.5, 0.7], "jagielski-post": [0.0, 0.1],
-         "dp-erm-mitigation": [0.0, 2.0], "pf-ld": [0.0, 0.1]}  # fmt: skip
-STACKED = ["cgoo", "cgoo-nonprivate", "dp-erm-mitigation", "dp-fermi", "dp-sgd", "pf-ld", "raco-dp",
+         "dp-erm-mitigation": [0.0, 2.0], "pf-ld": [0.0, 0.1], "jagielski-oracle": [0.02, 0.1],
+         "jagielski-oracle-nonprivate": [0.02, 0.1]}  # fmt: skip
+STACKED = ["cgoo", "cgoo-nonprivate", "dp-erm-mitigation", "dp-fermi", "dp-sgd",
+           "jagielski-oracle", "jagielski-oracle-nonprivate", "pf-ld", "raco-dp",
            "sgda"]  # fmt: skip
 EXTRA = {"raco-dp": {"calibrate": "noise", "batch_size": 64}, "sgda": {"batch_size": 64},
          "dp-sgd": {"batch_size": 64}, "dp-fermi": {"batch_size": 64},
          "dp-erm-mitigation": {"batch_size": 64}, "pf-ld": {"batch_size": 64},
-         "cgoo": {"batch_size": 64}, "cgoo-nonprivate": {"batch_size": 64}}  # fmt: skip
-# longer runs: more than 40 steps; cgoo's epochs are per oracle call (6 steps at batch 64)
+         "cgoo": {"batch_size": 64}, "cgoo-nonprivate": {"batch_size": 64},
+         "jagielski-oracle": {"batch_size": 64},
+         "jagielski-oracle-nonprivate": {"batch_size": 64}}  # fmt: skip
+# longer runs: more than 40 steps; cgoo's and jagielski-oracle's epochs are per oracle call
+# (per round; 6 steps at batch 64)
 LONGER = {"raco-dp": {"calibrate": "noise", "epochs": 10}, "cgoo": {"iterations": 10},
-          "cgoo-nonprivate": {"iterations": 10}}  # fmt: skip
+          "cgoo-nonprivate": {"iterations": 10},
+          "jagielski-oracle": {"iterations": 10, "epochs": 1},
+          "jagielski-oracle-nonprivate": {"iterations": 10, "epochs": 1}}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,482 @@
+"""`jagielski-oracle` (and its non-private twin `jagielski-oracle-nonprivate`): the private
+in-processing reductions method of Jagielski, Kearns, Mao, Oprea, Roth, Sharifi-Malvajerdi and
+Ullman (ICML 2019), i.e. Agarwal et al.'s (2018) exponentiated-gradient reduction made DP.
+
+A zero-sum game between a Learner and an Auditor, played for T rounds (`iterations`):
+
+1. Once, release the (group, label) counts n[a, y] with Laplace noise (`laplace_histogram`,
+   one-hot rows: l1 sensitivity 1), floored at 1 (a public constant). Every share the game
+   needs (p_e, p_{e,g}, the weight normaliser) is read from them, never from the data.
+2. Auditor's multipliers, fairlearn's parametrisation: lambda_t = B exp(theta) / (1 +
+   sum exp(theta)) over the constraints (sign, event, group), so lambda >= 0, |lambda|_1 <= B.
+3. Learner (a best response to lambda_t, Agarwal et al.'s cost-sensitive reduction as
+   fairlearn's `_Lagrangian._call_oracle` writes it): each record's signed weight is
+   sw = (2y - 1) + sum_g lambda_s[e, g] (1 / p_e - 1[a = g] / p_{e,g}), with e the record's
+   event (its label for equalized odds, `all` for demographic parity) and lambda_s = lambda+ -
+   lambda-. sw depends on the record's cell (a, y) only, so the weights are a (groups, 2)
+   table: target z = 1[sw > 0], weight |sw| n / sum |sw| (mean 1, as fairlearn normalises).
+   The cost-sensitive problem is solved approximately by `epochs` epochs of DP-SGD on the
+   weighted logistic loss (Poisson batches, per-example gradient of the *weighted* loss
+   clipped at `clip_norm`, Gaussian noise), warm-started from h_{t-1}.
+4. Auditor: release the histogram c[a, y, yhat] of h_t on the whole training set with
+   Laplace(b_A) (each record in one cell: l1 sensitivity 1). The constraint values
+   gamma(h_t) = +/- (P[yhat = 1 | e, g] - P[yhat = 1 | e]) (fairlearn's moments: each group
+   against the overall, label-conditional for equalized odds) are post-processing of it and
+   of the counts; theta <- theta + eta (gamma - gamma_bound), eta = `eta0` / B.
+5. Output a mixture of h_1..h_T (`Fitted.components`), a randomized classifier that never
+   reads A at test time: the uniform one (`mixture: uniform`, fairlearn's Q_EG), or
+   (`mixture: lp`) the weights of fairlearn's linear program (Q_LP: least error subject to
+   every constraint, violations paying B) solved on each h_t's *noisy* error and constraint
+   values from its released histogram, which is post-processing and free.
+
+Choices where the paper is vague or was not followed (methods-notes §3b):
+- The paper's Learner is an exponential mechanism over the labelings of H (exponential time)
+  and the authors' experiments ran a least-squares heuristic whose released code is not DP
+  (Laplace scale passed as the location, under-calibrated, exact counts in noise scales,
+  non-private LP and oracle calls feeding the output). Here: the notes' DP-SGD
+  weighted-logistic learner, the Laplace auditor, and every statistic through the session.
+- Privacy is accounted by the suite's PLD over the whole ledger, never the paper's
+  eps' = eps / (4 sqrt(T ln 1/delta)) (kept in `info` as `epsilon_per_round_paper`, labelled):
+  the count release and the T auditor releases share one Laplace scale b_A, set so that
+  these T + 1 releases spend `auditor_share` of epsilon (or fixed by `auditor_scale`), and the
+  learner's noise multiplier is calibrated so that the whole composition meets the target.
+  One scale for both keeps the counts as precise as the auditor's cells, which divide by them.
+- B (`bound`) defaults to 1 / gamma, the authors' and fairlearn's choice (Agarwal et al.'s
+  guarantee: violation <= gamma + (1 + 2 nu) / B, so the slack scales with gamma); gamma = 0
+  then needs an explicit bound.
+- fairlearn shrinks eta when its (exact) duality gap stalls, and picks the better of its EG
+  and LP mixtures by exact duality gaps, which need extra oracle calls; neither is done here.
+  `mixture` chooses one of the two instead.
+- Denominators: the auditor's rates divide by the one count release (the same shares the
+  Learner's costs use), not by the histogram's own row sums.
+
+Privacy notions (`privacy_notion`, in every row):
+- `full` (default): add/remove one whole record. Ledger: LaplaceDpEvent(b_A) (the counts),
+  SelfComposed(PoissonSampled(q, Gaussian(sigma)), T K) and SelfComposed(Laplace(b_A), T).
+- `sensitive-attribute` (the paper's notion: X and Y public, one record's group substituted).
+  The weighted gradient is split into the part that does not read a_i, the plain error
+  gradient (weight n / sum |sw|, target y: what sw is without its constraint term, whose
+  average over the groups of an event is zero), released exact; and the rest, which reads
+  a_i, clipped at `clip_norm` and noised at twice that (a substitution moves it by up to twice
+  its bound) and accounted as `SubstitutionSampledDpEvent` (no amplification by sampling, as
+  for dp-fermi). The Laplace releases get twice the noise (a substitution moves one count out
+  of a cell and into another).
+
+Stacked trials (`train_stack`, logistic models): trials that differ in seed and gamma play
+their games side by side, each with its own counts, multipliers, tables, batches and noise;
+the game's moves are tensor programs over the trial axis on the device, and the learner's
+steps run as one stacked program. An MLP trains one trial at a time through the same code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+import torch
+from dp_accounting import dp_event
+from pydantic import Field
+from scipy.optimize import linprog
+from torch import nn
+
+from fairbench.errors import ConfigError
+from fairbench.methods.base import (
+    Device,
+    FairnessSpec,
+    Fitted,
+    Method,
+    TrainingHparams,
+    Trial,
+    resolve_device,
+)
+from fairbench.methods.cgoo import WeightedCrossEntropy, component
+from fairbench.methods.engine import (
+    Schedule,
+    StackedData,
+    StackedProgram,
+    exact_sums,
+    expected_batch,
+    init_models,
+)
+from fairbench.methods.knob import Direction, Knob
+from fairbench.models.grad_sample import one_hot
+from fairbench.models.stacked import stack_models, stackable
+from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier, epsilon
+from fairbench.privacy.accountant import StepShape
+from fairbench.privacy.events import sgd_steps
+from fairbench.privacy.session import PrivacyNotion, PrivacySession
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums, poisson_rounds
+from fairbench.task import Task
+
+CONSTRAINTS = ("demographic_parity", "equalized_odds")
+COUNTS = "jagielski-oracle: Laplace (group, label) counts"
+LEARNER = "jagielski-oracle: learner DP-SGD steps (clipped weighted-loss gradient sums)"
+AUDITOR = "jagielski-oracle: Laplace histogram c[a, y, yhat] of h_t, once per round"
+
+
+class JagielskiOracleHparams(TrainingHparams):
+    lr: float = Field(0.5, gt=0, description="learner step size")
+    batch_size: int = Field(256, ge=1)
+    epochs: float = Field(0.5, gt=0, description="learner epochs per round (K = epochs / q)")
+    iterations: int = Field(20, ge=1, description="T: rounds of the game = mixture components")
+    bound: float | None = Field(None, gt=0, description="B, the l1 bound of lambda; None: 1/gamma")
+    eta0: float = Field(2.0, gt=0, description="EG step times B (fairlearn's eta0)")
+    clip_norm: float = Field(1.0, gt=0, description="clip of the weighted per-example gradient")
+    auditor_share: float = Field(
+        0.2, gt=0, lt=1, description="epsilon share of the counts and the T auditor releases"
+    )
+    auditor_scale: float | None = Field(
+        None, gt=0, description="fixed Laplace scale of counts and auditor; None: from the share"
+    )
+    privacy_notion: Literal["full", "sensitive-attribute"] = "full"
+    mixture: Literal["uniform", "lp"] = "lp"
+
+
+@lru_cache(maxsize=256)
+def laplace_scale(releases: int, target: float, delta: float) -> float:
+    """The smallest Laplace scale (to 0.1%) whose `releases` compose to `target` epsilon by
+    the suite's accountant: a geometric bisection between the scale basic composition needs
+    (releases / target, enough) and a quarter of the one-release scale (too little)."""
+
+    def spent(scale: float) -> float:
+        event = dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(scale), releases)
+        return epsilon(event, delta)
+
+    lo, hi = 0.25 / target, releases / target
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if spent(mid) <= target else (mid, hi)
+    return hi
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """What a trial runs: the learner's schedule over all rounds (T K steps), the steps per
+    round, and the Laplace scale of the counts and of the auditor (0: exact)."""
+
+    schedule: Schedule
+    inner_steps: int
+    laplace_scale: float
+
+
+def event_matrix(constraint: str, device: torch.device) -> torch.Tensor:
+    """(events, labels): which labels make up each event of the moment (fairlearn's): one
+    event `all` for demographic parity, one per label for equalized odds."""
+    if constraint == "equalized_odds":
+        return torch.eye(2, device=device)
+    return torch.ones((1, 2), device=device)
+
+
+def shares(counts: torch.Tensor, events: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """From counts (T, groups, 2): p_{e,g} (T, E, groups) and p_e (T, E), as fairlearn's
+    `prob_group_event` and `prob_event` (fractions of all records)."""
+    total = counts.sum(dim=(1, 2)).view(-1, 1, 1)
+    p_eg = torch.einsum("tgy,ey->teg", counts, events) / total
+    return p_eg, p_eg.sum(dim=-1)
+
+
+def learner_costs(
+    counts: torch.Tensor, lam: torch.Tensor, events: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Learner's cost-sensitive problem for multipliers lam (T, 2, E, groups) (signs +, -):
+    per (group, label) cell, (T, groups, 2) weights and targets, and the (T,) weight of the
+    constraint-free error term (the public part under the sensitive-attribute notion)."""
+    p_eg, p_e = shares(counts, events)
+    signed = lam[:, 0] - lam[:, 1]  # (T, E, groups)
+    # per label y: its event's sum_g lambda_s / p_e, minus the own group's lambda_s / p_eg
+    per_event = signed.sum(dim=-1) / p_e  # (T, E)
+    own = signed / p_eg  # (T, E, groups)
+    label_event = events.argmax(dim=0)  # (2,): each label's event
+    constraint = per_event[:, label_event].unsqueeze(1) - own[:, label_event].transpose(1, 2)
+    error = torch.tensor([-1.0, 1.0], device=counts.device)  # 2y - 1
+    sw = (error + constraint).contiguous()  # (T, groups, 2)
+    normaliser = counts.sum(dim=(1, 2)) / (counts * sw.abs()).sum(dim=(1, 2)).clamp(min=1e-12)
+    return sw.abs() * normaliser.view(-1, 1, 1), (sw > 0).long(), normaliser
+
+
+def violations(positives: torch.Tensor, counts: torch.Tensor, events: torch.Tensor
+               ) -> torch.Tensor:  # fmt: skip
+    """gamma (T, 2, E, groups): P[yhat = 1 | e, g] - P[yhat = 1 | e] and its negative, from
+    positive-prediction counts and (group, label) counts, both (T, groups, 2)."""
+    pos = torch.einsum("tgy,ey->teg", positives, events)
+    size = torch.einsum("tgy,ey->teg", counts, events)
+    gap = pos / size - (pos.sum(dim=-1) / size.sum(dim=-1)).unsqueeze(-1)
+    return torch.stack([gap, -gap], dim=1)
+
+
+class Difference:
+    """A loss minus another, with its closed-form logit gradient: the part of the weighted
+    loss's gradient that reads the record's group (full weighted loss minus its public part)."""
+
+    def __init__(self, full: WeightedCrossEntropy, public: WeightedCrossEntropy) -> None:
+        self.full, self.public = full, public
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.full(logits) - self.public(logits)
+
+    def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.full.logit_grad(logits) - self.public.logit_grad(logits)
+
+
+class Game:
+    """T trials' games on the device. `respond()` turns each trial's multipliers into its
+    Learner's weight and target tables; `audit()` releases each trial's histogram of its
+    current h_t and takes the EG step. Neither reads a value on the host."""
+
+    def __init__(self, constraint: str, counts: torch.Tensor, bounds: torch.Tensor,
+                 gammas: torch.Tensor, eta0: float,
+                 release: Callable[[int], torch.Tensor]) -> None:  # fmt: skip
+        self.events = event_matrix(constraint, counts.device)
+        self.counts, self.release = counts, release
+        self.bounds, self.gammas = bounds.view(-1, 1, 1, 1), gammas.view(-1, 1, 1, 1)
+        self.eta = eta0 / self.bounds
+        n_trials, groups = counts.shape[:2]
+        self.theta = torch.zeros((n_trials, 2, len(self.events), groups), device=counts.device)
+        self.errors: list[torch.Tensor] = []  # per round: each trial's h_t's noisy error
+        self.values: list[torch.Tensor] = []  # and its noisy constraint values
+        self.lam = self.multipliers()
+        self.weights, self.targets, self.public = learner_costs(counts, self.lam, self.events)
+
+    def multipliers(self) -> torch.Tensor:
+        """lambda = B exp(theta) / (1 + sum exp(theta)), per trial."""
+        e = self.theta.exp()
+        return self.bounds * e / (1 + e.sum(dim=(1, 2, 3), keepdim=True))
+
+    def respond(self) -> None:
+        self.lam = self.multipliers()
+        weights, targets, public = learner_costs(self.counts, self.lam, self.events)
+        self.weights.copy_(weights)
+        self.targets.copy_(targets)
+        self.public.copy_(public)
+
+    def audit(self) -> None:
+        hist = torch.stack([self.release(t) for t in range(len(self.theta))])  # (T, g, y, yhat)
+        gamma = violations(hist[..., 1], self.counts, self.events)
+        self.theta = self.theta + self.eta * (gamma - self.gammas)
+        wrong = hist[:, :, 0, 1] + hist[:, :, 1, 0]  # false positives, false negatives
+        self.errors.append(wrong.sum(dim=1) / self.counts.sum(dim=(1, 2)))
+        self.values.append(gamma.flatten(1))
+
+    def lp_weights(self, t: int) -> list[float]:
+        """Trial t's mixture weights from fairlearn's linear program over its components'
+        noisy errors and constraint values (`solve_linprog`): min Q.err + B xi subject to
+        Q.(gamma_j - bound) <= xi for every constraint j, Q in the simplex, xi >= 0."""
+        errors = torch.stack([e[t] for e in self.errors]).double().cpu().numpy()
+        gammas = torch.stack([v[t] for v in self.values]).double().cpu().numpy()
+        bound, excess = float(self.bounds[t]), gammas.T - float(self.gammas[t])
+        rounds, constraints = len(errors), len(excess)
+        result = linprog(
+            np.append(errors, bound),
+            A_ub=np.hstack([excess, -np.ones((constraints, 1))]),
+            b_ub=np.zeros(constraints),
+            A_eq=np.append(np.ones(rounds), 0.0)[None],
+            b_eq=[1.0],
+            method="highs-ds",
+        )
+        q = np.clip(result.x[:rounds], 0.0, None)
+        return (q / q.sum()).tolist()
+
+
+class JagielskiOracle(Method):
+    name = "jagielski-oracle"
+    description = ("Jagielski et al. 2019 DP reductions: EG auditor on Laplace histograms, "
+                   "DP-SGD weighted-logistic learner; mixture output")  # fmt: skip
+    private = True
+    knob = Knob("gamma", "allowed gap of each group's rate to the overall rate",
+                Direction.LOOSER, low=0.0)  # fmt: skip
+    reconstructed = (
+        "the authors' experiments ran a non-DP least-squares heuristic; this is the notes' "
+        "DP-SGD weighted-logistic learner with a Laplace auditor"
+    )
+    Hparams = JagielskiOracleHparams
+    hparams: JagielskiOracleHparams
+
+    @property
+    def sensitive(self) -> bool:
+        return self.hparams.privacy_notion == "sensitive-attribute"
+
+    def rounds(self, n: int, privacy: PrivacyBudget | None) -> Rounds:
+        """The learner's schedule and the Laplace scales meeting the budget on n records."""
+        hp = self.hparams
+        q = min(1.0, hp.batch_size / n)
+        inner = max(1, round(hp.epochs / q))
+        steps = inner * hp.iterations
+        if not self.private:
+            return Rounds(Schedule(q, steps), inner, 0.0)
+        eps, delta = privacy.epsilon, privacy.delta
+        releases = hp.iterations + 1  # the counts, then one histogram per round
+        scale = hp.auditor_scale or laplace_scale(releases, hp.auditor_share * eps, delta)
+        laplaces = dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(scale), releases)
+        alone = epsilon(laplaces, delta)
+        if alone >= eps:
+            raise ConfigError(
+                f"method {self.name}: the count release and the {hp.iterations} auditor "
+                f"releases (Laplace scale {scale:g}) alone spend epsilon {alone:.3g} >= the "
+                f"target {eps:g}; raise epsilon above {alone:.3g}, raise auditor_scale or "
+                "lower iterations"
+            )
+        sigma = calibrate_noise_multiplier(q, steps, eps, delta, None,
+                                           StepShape(1, self.sensitive, laplaces))  # fmt: skip
+        return Rounds(Schedule(q, steps, sigma, "noise_multiplier"), inner, scale)
+
+    def plan(self, rounds: Rounds) -> PrivacyLedger:
+        """T K learner steps, one count release, T auditor releases."""
+        plan = PrivacyLedger()
+        if self.private:
+            s = rounds.schedule
+            plan.record(LEARNER, sgd_steps(s.sampling_rate, s.noise_multiplier, s.steps, None,
+                                           1, self.sensitive))  # fmt: skip
+            laplace = dp_event.LaplaceDpEvent(rounds.laplace_scale)
+            plan.record(COUNTS, laplace)
+            plan.record(AUDITOR, dp_event.SelfComposedDpEvent(laplace, self.hparams.iterations))
+        return plan
+
+    def stackable(self) -> bool:
+        return stackable(self.hparams.model)
+
+    def _check(self, trial: Trial) -> float:
+        """The trial's gamma, after refusing what the method cannot do."""
+        fairness, hp = trial.fairness, self.hparams
+        if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
+            raise ConfigError(f"method {self.name} supports the constraints "
+                              f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}")  # fmt: skip
+        if trial.task.n_classes != 2:
+            raise ConfigError(f"method {self.name} handles binary classification tasks only")
+        if fairness.knob is None or fairness.knob < 0:
+            raise ConfigError(f"method {self.name} needs gamma values >= 0: give it `knobs`")
+        if fairness.knob == 0 and hp.bound is None:
+            raise ConfigError(f"method {self.name}: gamma = 0 needs an explicit `bound` "
+                              "(the default B = 1/gamma is infinite)")  # fmt: skip
+        return float(fairness.knob)
+
+    def _setup(self, trials: list[Trial]) -> tuple[Game, StackedProgram, Rounds]:
+        """Each trial's plan submitted and its counts released; the game and the learner's
+        stacked program ready to play."""
+        hp, dev = self.hparams, trials[0].session.device
+        gammas = [self._check(t) for t in trials]
+        if len({t.fairness.constraint for t in trials}) != 1:
+            raise ValueError("stacked jagielski-oracle trials need one constraint")
+        data = StackedData([t.task for t in trials], dev)
+        n, k = data.n, trials[0].task.n_groups
+        shared = {self.rounds(n, t.session.budget) for t in trials}
+        if len(shared) != 1:
+            raise ValueError("stacked trials need one schedule; run them one at a time")
+        rounds = shared.pop()
+        schedule = rounds.schedule
+        notion = PrivacyNotion.SENSITIVE_ATTRIBUTE if self.sensitive else PrivacyNotion.FULL
+        sessions = [t.session for t in trials]
+        cell = data.per_record(lambda task: task.train.s * 2 + task.train.y, torch.int64)
+        ones = torch.ones((n, 1), device=dev)
+        counts = []
+        for t, session in enumerate(sessions):
+            session.submit_plan(self.plan(rounds), notion)
+            released = session.laplace_histogram(COUNTS, rounds.laplace_scale)(
+                ones, data.trial_rows(cell, t), 2 * k)  # fmt: skip
+            counts.append(released.view(k, 2).clamp(min=1.0))  # a public floor
+        models = init_models(hp, trials)
+        auditors = [s.laplace_histogram(AUDITOR, rounds.laplace_scale) for s in sessions]
+
+        @torch.no_grad()
+        def release(t: int) -> torch.Tensor:
+            """Trial t's noisy histogram c[a, y, yhat] of its current classifier."""
+            pred = models[t](data.trial_rows(data.x, t)).argmax(dim=1)
+            hist = auditors[t](one_hot(pred, 2, torch.float32), data.trial_rows(cell, t), 2 * k)
+            return hist.view(k, 2, 2)
+
+        bounds = torch.tensor([hp.bound or 1 / g for g in gammas], device=dev)
+        game = Game(trials[0].fairness.constraint, torch.stack(counts), bounds,
+                    torch.tensor(gammas, device=dev), hp.eta0, release)  # fmt: skip
+        program = self._learner(models, data, cell, game, schedule, sessions)
+        return game, program, rounds
+
+    def _learner(self, models: list[nn.Module], data: StackedData, cell: torch.Tensor,
+                 game: Game, schedule: Schedule, sessions: list[PrivacySession]
+                 ) -> StackedProgram:  # fmt: skip
+        """One DP-SGD step of every trial's weighted logistic regression, on the game's
+        current tables (read at each step, so `respond` changes what the next step fits)."""
+        hp = self.hparams
+        stack = stack_models(models)
+        clip = hp.clip_norm if self.private else math.inf
+        sums = [s.gaussian_sum(LEARNER, clip, schedule.noise_multiplier) for s in sessions]
+        step_size = hp.lr / expected_batch(schedule, data.n)
+
+        def step(round_: StackedBatches) -> None:
+            rows = data.gather(round_)
+            x, y, cells = rows.rows(data.x), rows.rows(data.y), rows.rows(cell)
+            x_sq = rows.rows(data.x_sq)
+            flat = cells.shape[0], -1
+            full = WeightedCrossEntropy(game.targets.view(flat).gather(1, cells),
+                                        game.weights.view(flat).gather(1, cells))  # fmt: skip
+            logits = stack.logits(x)
+            if self.sensitive:  # the group-free error term is public: exact; the rest noised
+                public = WeightedCrossEntropy(y, game.public.view(-1, 1).expand_as(cells))
+                grads = exact_sums(stack.contributions(x, public, logits, rows, x_sq))
+                noisy = gaussian_sums(sums, stack.contributions(x, Difference(full, public),
+                                                                logits, rows, x_sq),
+                                      round_.batches)  # fmt: skip
+                grads = [g + h for g, h in zip(grads, noisy, strict=True)]
+            else:
+                grads = gaussian_sums(sums, stack.contributions(x, full, logits, rows, x_sq),
+                                      round_.batches)  # fmt: skip
+            stack.descend(grads, step_size)
+
+        return StackedProgram(models, schedule, step, lambda: [{} for _ in sessions])
+
+    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
+        hp = self.hparams
+        game, program, rounds = self._setup(trials)
+        schedule = program.schedule
+        next_round = poisson_rounds([t.session for t in trials], len(trials[0].task.train),
+                                    schedule.sampling_rate)  # fmt: skip
+        mixtures: list[list[nn.Module]] = [[] for _ in trials]
+        for _ in range(hp.iterations):
+            game.respond()
+            for _ in range(rounds.inner_steps):
+                program.step(next_round())
+            for mixture, model in zip(mixtures, program.models, strict=True):
+                mixture.append(component(model))
+            game.audit()
+        laplace = {"laplace": rounds.laplace_scale} if self.private else {}
+        budget = schedule.budget(**laplace)
+        shared = {**schedule.info(), "inner_steps": rounds.inner_steps,
+                  "iterations": hp.iterations, "clip_norm": hp.clip_norm,
+                  "laplace_scale": rounds.laplace_scale}  # fmt: skip
+        fits = []
+        for t, (trial, mixture) in enumerate(zip(trials, mixtures, strict=True)):
+            info = {**shared, "gamma": trial.fairness.knob, "bound": float(game.bounds[t]),
+                    "lambda": game.lam[t].flatten().tolist(),
+                    "counts": game.counts[t].tolist()}  # fmt: skip
+            if self.private:
+                privacy = trial.session.budget
+                # the paper's per-round epsilon' (its advanced composition), for reference only
+                per_round = 4 * math.sqrt(hp.iterations * math.log(1 / privacy.delta))
+                info["epsilon_per_round_paper"] = privacy.epsilon / per_round
+            weights = game.lp_weights(t) if hp.mixture == "lp" else None
+            fitted = Fitted(program.models[t], trial.session.device, info=info,
+                            components=mixture, weights=weights, budget=budget)  # fmt: skip
+            fits.append(fitted)
+        return fits
+
+    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+        return self.train_stack([Trial(task, fairness, session)])[0]
+
+    def stepper(
+        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
+    ) -> Callable[[], None]:
+        """One learner step, on the costs of the first round."""
+        session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
+        trial = Trial(task, FairnessSpec("equalized_odds", 0.05), session)
+        game, program, _ = self._setup([trial])
+        game.respond()
+        next_round = poisson_rounds([session], len(task.train), program.schedule.sampling_rate)
+        return lambda: program.step(next_round())
+
+
+class JagielskiOracleNonPrivate(JagielskiOracle):
+    name = "jagielski-oracle-nonprivate"
+    description = "jagielski-oracle without noise or clipping: exact counts, plain SGD learner"
+    private = False
