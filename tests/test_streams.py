@@ -70,7 +70,7 @@ def test_a_fit_leaves_global_rngs_alone_and_repeats_bit_for_bit(task, name):
     fairness = FairnessSpec("demographic_parity", None if method.knob is None else 0.1)
     if name in ("dpse", "dpnose"):  # bounded group loss is their only constraint
         fairness = FairnessSpec("bounded_group_loss", 1.0)
-    runs = [method.fit(task, budget, fairness, seed=5).predict_proba(task.test.X)
+    runs = [method.fit(task, budget, fairness, seed=5).predict_proba(task.test.X, task.test.s)
             for _ in range(2)]  # fmt: skip
     assert np.array_equal(runs[0], runs[1])
     assert torch.equal(torch.random.get_rng_state(), torch_state)
