@@ -50,12 +50,12 @@ def built(tmp_path_factory):
         finally:
             ledger_cache.cache_clear()
     assert failures == []
-    return root, build(root / "tune", root / "fig")
+    return root, build([root / "tune"], root / "fig")
 
 
 def test_rows_carry_their_notion_and_the_sensitive_at_test_mark(built):
     root, written = built
-    rows = pd.read_csv(root / "fig" / "synthetic.csv")
+    rows = pd.read_csv(root / "fig" / "synthetic-equalized_odds.csv")
     notion = dict(zip(rows["method"], rows["privacy_notion"], strict=False))
     assert notion["jagielski-post (A at test)"] == "full"
     assert notion["jagielski-post (A-only) (A at test)"] == "sensitive-attribute"
@@ -63,13 +63,18 @@ def test_rows_carry_their_notion_and_the_sensitive_at_test_mark(built):
     at_test = rows.groupby("method")["uses_sensitive_at_test"].first()
     assert at_test["raco-dp"] == False and at_test["jagielski-post (A at test)"] == True  # noqa: E712
     names = {p.name for p in written}
-    assert {"synthetic.png", "synthetic.pdf", "synthetic-dominance.csv", "references.md",
-            "README.md"} <= names  # fmt: skip
+    assert {
+        "synthetic-equalized_odds.png",
+        "synthetic-equalized_odds.pdf",
+        "synthetic-equalized_odds-dominance.csv",
+        "references.md",
+        "README.md",
+    } <= names
 
 
 def test_dominance_is_the_paired_interval_of_the_final_trials(built):
     root, _ = built
-    table = pd.read_csv(root / "fig" / "synthetic-dominance.csv")
+    table = pd.read_csv(root / "fig" / "synthetic-equalized_odds-dominance.csv")
     # raco-dp (a seed method) against the baseline of its notion only
     assert set(table["other"]) == {"jagielski-post (A at test)"}
     assert set(table["privacy_notion"]) == {"full"}
@@ -90,23 +95,29 @@ def test_dominance_is_the_paired_interval_of_the_final_trials(built):
 
 def test_published_points_are_matched_at_the_loosest_target_within_their_violation():
     rows = pd.DataFrame({
-        "dataset": ["adult"] * 4, "constraint": ["equalized_odds"] * 4,
-        "privacy_notion": ["sensitive-attribute"] * 3 + ["full"], "epsilon": [1.0] * 4,
-        "method": ["pf-ld"] * 3 + ["pf-ld"], "tau": [0.1, 0.05, 0.02, 0.05],
-        "test_error_mean": [0.15, 0.16, 0.18, 0.5], "violation_mean": [0.08, 0.04, 0.015, 0.0],
+        "dataset": ["adult"] * 5, "constraint": ["equalized_odds"] * 5,
+        "privacy_notion": ["sensitive-attribute"] * 3 + ["full", "full"], "epsilon": [1.0] * 5,
+        "method": ["pf-ld"] * 4 + ["dp-sgd"], "tau": [0.1, 0.05, 0.02, 0.05, 0.05],
+        "selection_rule": ["within_tau"] * 4 + ["error_only"],
+        "test_error_mean": [0.15, 0.16, 0.18, 0.5, 0.14],
+        "violation_mean": [0.08, 0.04, 0.015, 0.0, 0.1],
     })  # fmt: skip
     points = published_points()
     mine = points[(points["method"] == "PFLD") & (points["experiment"] == "equalized_odds")
                   & (points["epsilon"] == 1.0)]  # fmt: skip
     table = matched(rows, mine)
-    for r in table.itertuples():
+    assert set(table["method"]) == {"pf-ld"}  # an unconstrained reference is never matched
+    same = table[table["our_notion"] == "sensitive-attribute"]
+    for r in same.itertuples():
         taus = [t for t in (0.1, 0.05, 0.02) if t <= r.published_violation]
         if not taus:
             assert math.isnan(r.our_error)
             continue
-        want = {0.1: 0.15, 0.05: 0.16, 0.02: 0.18}[max(taus)]  # never the full-notion row
+        want = {0.1: 0.15, 0.05: 0.16, 0.02: 0.18}[max(taus)]
         assert r.tau == max(taus) and r.our_error == want
         assert r.difference == pytest.approx(want - r.published_error)
+    stricter = table[table["our_notion"] == "full"].dropna(subset=["our_error"])
+    assert set(stricter["our_error"]) <= {0.5}  # the full-notion row, labelled as such
 
 
 def test_dominance_verdicts_on_a_hand_made_table():

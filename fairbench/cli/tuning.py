@@ -62,15 +62,16 @@ def figure_privacy_cost(
 
 @figure_app.command("literature")
 def figure_literature(
-    tune_out: Annotated[Path, typer.Argument(help="the `fairbench tune --out` directory")],
+    tune_outs: Annotated[list[Path], typer.Argument(help="`fairbench tune --out` directories")],
     out: Annotated[Path, typer.Option(help="folder for the CSVs, figures and tables")] = Path(
         "results/figures/fig-literature"
     ),
 ) -> None:
     """The literature baselines beside the seed methods, tuned, in both privacy notions: per
-    dataset a CSV, a figure and the dominance table; the published Adult points against ours."""
+    dataset and constraint a CSV, a figure and the dominance table; the published Adult
+    points against ours."""
     from fairbench.report.literature import build
 
-    for path in build(tune_out, out):
+    for path in build(tune_outs, out):
         if path.suffix in (".csv", ".md", ".png"):
             console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
