@@ -108,3 +108,33 @@ def test_selected_configs_run_on_fresh_seeds_and_are_reusable_by_run(tuned):
     # the stated bound: the composition of 3 search fits and 1 final fit at eps 3 each
     assert all(3.0 < r["tuning_epsilon"] < 4 * 3.0 for r in chosen)
     assert "tuning ε" in (out / "tuning.md").read_text()
+
+
+def test_a_method_joins_a_finished_tune_without_redoing_the_others(tmp_path):
+    """Adding a method entry to a tune config and running it again into the same output runs
+    only the new method's trials; any other change is still refused."""
+    from fairbench.workflows.tune import run_tune
+
+    small = {**BASE, "budget": 1, "methods": BASE["methods"][:1]}
+    out = tmp_path / "tune"
+    run_tune(TuneConfig.model_validate(small), out, 1, True, False, warn=lambda _: None)
+    first = finished_at(out / "search")
+    grown = {**small, "methods": [*small["methods"], {"name": "erm", "unconstrained": True,
+                                                       "hparams": {"epochs": 1}}]}  # fmt: skip
+    said = []
+    run_tune(TuneConfig.model_validate(grown), out, 1, True, False, warn=said.append)
+    after = finished_at(out / "search")
+    assert {k: after[k] for k in first} == first  # kept, not re-run
+    assert {r["method"] for r in finished_rows(out / "search", "read")} == {"dp-sgd", "erm"}
+    assert any("1 method entries join the run" in line for line in said)
+    changed = {**grown, "epsilons": [2.0]}
+    with pytest.raises(ConfigError, match="holds a run of a different config"):
+        run_tune(TuneConfig.model_validate(changed), out, 1, True, False, warn=lambda _: None)
+
+
+def finished_at(run_dir) -> dict[str, float]:
+    """trial id -> when the store recorded it (a re-run trial would get a new time)."""
+    import sqlite3
+
+    with sqlite3.connect(run_dir / "results.sqlite") as db:
+        return dict(db.execute("SELECT trial_id, finished FROM trials"))

@@ -60,29 +60,46 @@ def resolved_config(config: ExperimentConfig, specs: list[TrialSpec]) -> dict[st
 
 
 def prepare_run(
-    config: ExperimentConfig, run_dir: Path, warn: Callable[[str], None] = print
+    config: ExperimentConfig,
+    run_dir: Path,
+    warn: Callable[[str], None] = print,
+    extend: bool = False,
 ) -> list[TrialSpec]:
     """Validate the config and its data, then create (or re-open) the run directory.
 
     Nothing is written before validation passed; an existing run directory is only reused for
-    the same resolved config, so results of different experiments are never mixed.
+    the same resolved config, so results of different experiments are never mixed. With
+    `extend` (tune, when a method joins a comparison), a config that keeps every method entry
+    of the existing one unchanged and adds others is the same experiment, grown: the saved
+    config is replaced and only the new entries' trials are left to run.
     """
     specs = expand(config, warn)
     resolved = resolved_config(config, specs)
     path = run_dir / CONFIG_FILE
     if path.exists():
         existing = yaml.safe_load(path.read_text())
-        if existing != resolved:
+        if existing == resolved:
+            return specs
+        if not (extend and _grown(existing, resolved)):
             raise ConfigError(
                 f"{run_dir} holds a run of a different config; pass another --out directory, "
                 f"or --resume {run_dir} to continue the run that is there"
             )
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
-        tmp.replace(path)
+        added = len(resolved["methods"]) - len(existing["methods"])
+        warn(f"{run_dir}: {added} method entries join the run; the others' trials are kept")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
+    tmp.replace(path)
     return specs
+
+
+def _grown(existing: dict[str, Any], resolved: dict[str, Any]) -> bool:
+    """Whether `resolved` is `existing` with method entries added and nothing else changed."""
+    same = {k: v for k, v in existing.items() if k != "methods"} == {
+        k: v for k, v in resolved.items() if k != "methods"
+    }
+    return same and all(entry in resolved["methods"] for entry in existing["methods"])
 
 
 def load_run_config(run_dir: Path) -> ExperimentConfig:

@@ -15,6 +15,11 @@ Protocol (one rule for all methods, so no method is favoured by how hard it was 
    `fairbench run` reuses as they are; OUT/tune.yaml keeps the validated tune config, so
    that reports built from OUT (fairbench.report.privacy_cost) know its targets and budget.
 
+Methods joining. Running a tune config with method entries added into an output it already
+filled keeps every finished trial (search and final) and runs only the new entries' (their
+draws are their own generators', so the others' draws do not move); any other change is
+refused, as for a run directory.
+
 Infeasible draws. A drawn configuration whose noise cannot be calibrated to an epsilon (a
 Laplace scale too small for epsilon 0.1, say) fails with a `CalibrationError` at that epsilon.
 That is an outcome of the method's search space, not a broken run: the draw still counts
@@ -427,7 +432,7 @@ def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: b
     calibration are not failures (the summary's `infeasible` counts them)."""
     failures = []
     search_dir = out / "search"
-    specs = prepare_run(search_config(config), search_dir, warn)
+    specs = prepare_run(search_config(config), search_dir, warn, extend=True)
     write_tune_config(out, config)
     summary = execute(specs, search_dir, workers, quiet)
     failures += [f"search {trial}: {error.splitlines()[-1]}" for trial, error in summary.failed
@@ -439,7 +444,7 @@ def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: b
     final_rows: list[dict] = []
     for stem, data in finals.items():
         run_dir = out / "final" / stem
-        specs = prepare_run(parse_config(data, stem), run_dir, warn)
+        specs = prepare_run(parse_config(data, stem), run_dir, warn, extend=True)
         done = execute(specs, run_dir, workers, quiet)
         failures += [f"final {trial}: {error.splitlines()[-1]}" for trial, error in done.failed]
         write_report(run_dir)
