@@ -14,6 +14,7 @@ violation: ours is then at least as fair by its target).
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -33,8 +34,9 @@ from fairbench.report.privacy_cost import (
     _write,
     cost_rows,
     load_tune_output,
+    unreachable,
 )
-from fairbench.report.privacy_cost_notes import WITHIN_TAU
+from fairbench.report.privacy_cost_notes import WITHIN_TAU, unreached_text
 from fairbench.report.privacy_cost_plot import _panel
 
 NOTIONS = ("full", "sensitive-attribute")
@@ -77,6 +79,12 @@ def _base_notion(notion: str) -> str:
     if notion.startswith("sensitive-attribute"):
         return "sensitive-attribute"
     return "full" if notion.startswith("full") else notion
+
+
+def _label_notion(tuned: TuneOutput) -> dict[str, str]:
+    """Each tune label's privacy notion, from its fixed hyper-parameters (default: full)."""
+    return {m.get("label") or m["name"]: (m.get("hparams") or {}).get("privacy_notion", "full")
+            for m in tuned.config["methods"]}  # fmt: skip
 
 
 def published_points(path: Path = REFERENCES) -> pd.DataFrame:
@@ -202,9 +210,16 @@ def dominance(rows: pd.DataFrame, errors: dict[tuple, pd.Series]) -> pd.DataFram
     return pd.DataFrame(out, columns=DOMINANCE_COLUMNS)
 
 
-def literature_figure(rows: pd.DataFrame, points: pd.DataFrame, tuned: TuneOutput, dataset: str,
-                      stem: Path) -> list[Path]:  # fmt: skip
-    """A row of panels per privacy notion present, a column per target (loosest first)."""
+def literature_figure(
+    rows: pd.DataFrame,
+    points: pd.DataFrame,
+    tuned: TuneOutput,
+    dataset: str,
+    stem: Path,
+    unreached: dict[str, dict[float, str]],
+) -> list[Path]:
+    """A row of panels per privacy notion present, a column per target (loosest first);
+    `unreached[notion][tau]` names the methods with no configuration within tau there."""
     notions = [n for n in NOTIONS if (rows["privacy_notion"] == n).any()]
     taus = sorted(rows["tau"].unique(), reverse=True)
     eps = sorted(float(e) for e in tuned.config["epsilons"])
@@ -216,7 +231,8 @@ def literature_figure(rows: pd.DataFrame, points: pd.DataFrame, tuned: TuneOutpu
         mine = pd.concat([rows[rows["privacy_notion"] == notion], shared])
         for j, tau in enumerate(taus):
             ax = axes[i][j]
-            _panel(ax, mine, "logistic", tau, plugins, eps, "")
+            _panel(ax, mine, "logistic", tau, plugins, eps,
+                   unreached.get(notion, {}).get(float(tau), ""))  # fmt: skip
             ax.set_title(f"{NOTION_TITLES[notion]} · τ = {tau:g}", fontsize=10)
             if notion == "sensitive-attribute":
                 _published(ax, points[points["dataset"] == dataset], tau,
@@ -297,6 +313,8 @@ def build(tune_outs: list[Path], dest: Path, references: Path = REFERENCES) -> l
     for tuned in (load_tune_output(p) for p in tune_outs):
         rows, errors = literature_rows(tuned)
         every.append(rows)
+        missing = unreachable(tuned)
+        missing["privacy_notion"] = missing["method"].map(_label_notion(tuned))
         report += [f"Tune output `{tuned.path}`: {tuned.config['budget']} configurations per "
                    "method and ε.", ""]  # fmt: skip
         for (dataset, constraint), mine in rows.groupby(["dataset", "constraint"]):
@@ -304,7 +322,10 @@ def build(tune_outs: list[Path], dest: Path, references: Path = REFERENCES) -> l
             mine = mine.sort_values(["privacy_notion", "tau", "method", "epsilon"],
                                     ascending=[True, False, True, True])  # fmt: skip
             written.append(_write(dest / f"{key}.csv", mine[columns].to_csv(index=False)))
-            paths = literature_figure(mine, points, tuned, dataset, dest / key)
+            gone = missing[(missing["dataset"] == dataset) & (missing["constraint"] == constraint)]
+            unreached = {n: {t: textwrap.fill(text, 90) for t, text in unreached_text(grp).items()}
+                         for n, grp in gone.groupby("privacy_notion")}  # fmt: skip
+            paths = literature_figure(mine, points, tuned, dataset, dest / key, unreached)
             written += paths
             table = dominance(mine, errors)
             written.append(_write(dest / f"{key}-dominance.csv", table.to_csv(index=False)))
