@@ -138,3 +138,15 @@ def finished_at(run_dir) -> dict[str, float]:
 
     with sqlite3.connect(run_dir / "results.sqlite") as db:
         return dict(db.execute("SELECT trial_id, finished FROM trials"))
+
+
+def test_a_config_saved_before_a_key_existed_still_grows():
+    """A key added to the config later (e.g. `secure_noise`) holding its default is no change."""
+    from fairbench.runner.execute import _grown
+
+    old = {"name": "x", "epsilons": [1.0], "methods": [{"name": "erm"}]}
+    new = {**old, "secure_noise": False, "methods": [{"name": "erm"}, {"name": "dp-sgd"}]}
+    assert _grown(old, new)
+    assert not _grown(old, {**new, "secure_noise": True})
+    assert not _grown(old, {**new, "epsilons": [2.0]})
+    assert not _grown(old, {**new, "methods": [{"name": "dp-sgd"}]})  # erm's entry dropped

@@ -95,11 +95,15 @@ def prepare_run(
 
 
 def _grown(existing: dict[str, Any], resolved: dict[str, Any]) -> bool:
-    """Whether `resolved` is `existing` with method entries added and nothing else changed."""
-    same = {k: v for k, v in existing.items() if k != "methods"} == {
-        k: v for k, v in resolved.items() if k != "methods"
-    }
-    return same and all(entry in resolved["methods"] for entry in existing["methods"])
+    """Whether `resolved` is `existing` with method entries added and nothing else changed (a
+    key the existing config predates counts as unchanged while it holds its default)."""
+    fields = ExperimentConfig.model_fields
+    for key in (set(existing) | set(resolved)) - {"methods"}:
+        if key not in existing and key in fields and resolved.get(key) == fields[key].default:
+            continue
+        if existing.get(key) != resolved.get(key):
+            return False
+    return all(entry in resolved["methods"] for entry in existing["methods"])
 
 
 def load_run_config(run_dir: Path) -> ExperimentConfig:
