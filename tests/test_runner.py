@@ -336,7 +336,7 @@ def test_dry_run_status_stamp_and_export(cli, tmp_path):
     out = tmp_path / "run"
     config = write_config(tmp_path, SMALL)
     code, stdout, _ = cli("run", config, "--out", str(out), "--dry-run")
-    assert code == 0 and "6 trials (dry run" in stdout and not out.exists()
+    assert code == 0 and "6 trials, calibrated (dry run" in stdout and not out.exists()
     assert cli("run", config, "--out", str(out), "--workers", "1", "--quiet")[0] == 0
 
     rows = read_results(out)

@@ -21,13 +21,35 @@ class Executor(str, Enum):
     dask = "dask"
 
 
+class DeviceChoice(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
 def run(
-    config: Annotated[str, typer.Argument(help="YAML path or bundled config name")] = "default",
+    config: Annotated[
+        str | None, typer.Argument(help="YAML path or bundled config name [default: default]")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="KEY=VALUE overrides, e.g. epsilons=[0.5,1] seeds=3 methods.raco-dp.knobs=[0.05]",
+            show_default=False,
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="run directory (default runs/NAME)")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the run in this directory")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
-    quiet: Annotated[bool, typer.Option(help="no progress bar (for CI)")] = False,
-    dry_run: Annotated[bool, typer.Option(help="print the grid and its size; run nothing")] = False,
+    device: Annotated[
+        DeviceChoice | None,
+        typer.Option(help="overrides the config's device; the run records the one used"),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress output")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="check and calibrate, print the plan; write nothing")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
     executor: Annotated[Executor, typer.Option(help="local processes, or a Dask cluster")] = (
         Executor.local
     ),
@@ -35,50 +57,128 @@ def run(
         str | None, typer.Option(help="Dask scheduler address (default: a local cluster)")
     ] = None,
 ) -> None:
-    """Run an experiment grid into a run directory, then write its report."""
-    from fairbench.report import write_report
-    from fairbench.runner.config import expand, load_config
-    from fairbench.runner.execute import default_workers, execute, load_run_config, prepare_run
+    """Run an experiment grid into a run directory, then write its report.
 
-    if resume is not None:
-        experiment, run_dir = load_run_config(resume), resume
-    else:
-        experiment = load_config(config)
-        run_dir = out or Path("runs") / experiment.name
-    if dry_run:
-        _print_grid(expand(experiment, warn=err_console.print), experiment.name, run_dir)
-        return
+    Everything is checked before anything is written: the config, the data files, and every
+    private configuration's calibration at its epsilon (`--dry-run` stops there and prints
+    the plan)."""
+    from fairbench.report import write_report
+    from fairbench.runner.config import expand
+    from fairbench.runner.execute import default_workers, execute, prepare_run
+    from fairbench.runner.preflight import preflight
+
+    experiment, run_dir = _experiment(config, overrides or [], resume, out, device)
     if scheduler is not None and executor is not Executor.dask:
         raise ConfigError("--scheduler addresses a Dask cluster: add --executor dask")
-    specs = prepare_run(experiment, run_dir, warn=err_console.print)
-    summary = execute(specs, run_dir, workers or default_workers(), quiet, executor.value,
-                      scheduler)  # fmt: skip
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message.removeprefix("warning: "))
+        err_console.print(f"warning: {warnings[-1]}", soft_wrap=True, highlight=False)
+
+    def checked(specs) -> None:
+        for message in preflight(specs, experiment.seed_list).warnings:
+            warn(message)
+
+    if dry_run:
+        specs = expand(experiment, warn=warn)
+        plan = preflight(specs, experiment.seed_list)
+        for message in plan.warnings:
+            warn(message)
+        _print_plan(plan, specs, experiment.name, run_dir, as_json)
+        return
+    specs = prepare_run(experiment, run_dir, warn=warn, preflight=checked)
+    summary = execute(specs, run_dir, workers or default_workers(), quiet or as_json,
+                      executor.value, scheduler)  # fmt: skip
     report = write_report(run_dir)
-    console.print(
-        f"{summary.done} trials run, {summary.skipped} already done, "
-        f"{len(summary.failed)} failed → {run_dir}"
-    )
-    _print_report(report)
+    if as_json:
+        print(json.dumps(_run_json(run_dir, summary, report, warnings), indent=1))
+    else:
+        console.print(
+            f"{summary.done} trials run, {summary.skipped} already done, "
+            f"{len(summary.failed)} failed → {run_dir}"
+        )
+        _print_report(report)
     if summary.failed:
         for trial_id, error in summary.failed:
             err_console.print(f"failed trial {trial_id}: {error.splitlines()[-1]}")
         raise typer.Exit(1)
 
 
-def _print_grid(specs, name: str, run_dir: Path) -> None:
-    from fairbench.runner.progress import grid_summary, run_progress
+def _experiment(
+    config: str | None,
+    overrides: list[str],
+    resume: Path | None,
+    out: Path | None,
+    device: DeviceChoice | None,
+):
+    """The config to run and its directory. With `--resume`, the run's saved config, or the
+    one given (which `prepare_run` then refuses, naming the keys, unless it is the same)."""
+    from fairbench.runner.config import load_config, parse_config
+    from fairbench.runner.execute import load_run_config
+    from fairbench.runner.overrides import apply_overrides
 
-    table = Table(title=f"{name}: {len(specs)} trials (dry run, nothing written)")
-    for col in ("dataset", "method", "trials", "ε", "knobs", "seeds", "constraints"):
-        table.add_column(col)
-    for line in grid_summary(specs):
-        table.add_row(*(escape(str(line[k])) for k in ("dataset", "label", "trials")),
-                      escape(", ".join("non-private" if e is None else f"{e:g}"
-                                       for e in line["epsilons"])),
-                      escape(", ".join("-" if k is None else f"{k:g}" for k in line["knobs"])),
-                      str(line["seeds"]), escape(", ".join(line["constraints"])))  # fmt: skip
-    console.print(table)
+    if config is not None and "=" in config and not Path(config).exists():
+        config, overrides = None, [config, *overrides]  # `fairbench run seeds=3`
+    if device is not None:
+        overrides = [*overrides, f"device={device.value}"]
+    if resume is None:
+        experiment = load_config(config or "default", overrides)
+        return experiment, out or Path("runs") / experiment.name
+    if out is not None and out != resume:
+        raise ConfigError("--resume names the run directory; drop --out (or give the same path)")
+    if config is not None:
+        return load_config(config, overrides), resume
+    saved = load_run_config(resume)
+    if not overrides:
+        return saved, resume
+    data = apply_overrides(saved.model_dump(), overrides)
+    return parse_config(data, f"{resume} with overrides {' '.join(overrides)}"), resume
+
+
+def _run_json(run_dir: Path, summary, report, warnings: list[str]) -> dict:
+    return {
+        "run_dir": str(run_dir),
+        "trials": summary.total,
+        "run": summary.done,
+        "already_done": summary.skipped,
+        "failed": [{"trial_id": t, "error": e.splitlines()[-1]} for t, e in summary.failed],
+        "warnings": [*warnings, *report.warnings],
+        "files": {
+            "trials": str(report.trials_csv),
+            "pareto": str(report.pareto_csv),
+            "report": str(report.pareto_md),
+            "constraints": str(report.constraints_csv),
+            "figures": [str(f) for f in report.figures],
+        },
+    }
+
+
+def _print_plan(plan, specs, name: str, run_dir: Path, as_json: bool) -> None:
+    from fairbench.runner.preflight import describe_seconds, plan_rows
+    from fairbench.runner.progress import run_progress
+
     already = run_progress(specs, run_dir)
+    if as_json:
+        print(json.dumps({"name": name, "run_dir": str(run_dir), "trials": len(specs),
+                          "already_done": already.done, "estimated_seconds": plan.seconds,
+                          "warnings": plan.warnings, "configs": plan_rows(plan)},
+                         indent=1))  # fmt: skip
+        return
+    table = Table(title=f"{name}: {len(specs)} trials, calibrated (dry run, nothing written)")
+    for col in ("dataset", "method", "ε", "knobs", "seeds", "trials", "steps / trial",
+                "est. time"):  # fmt: skip
+        table.add_column(col)
+    for c in plan.configs:
+        eps = "non-private" if c.epsilon is None else f"{c.epsilon:g}"
+        steps = "-" if c.steps is None else f"{c.steps:,}"
+        knobs = ", ".join(f"{k:g}" for k in c.knobs) or "-"
+        table.add_row(escape(c.dataset), escape(c.label), eps, escape(knobs), str(c.seeds),
+                      str(c.trials), steps, describe_seconds(c.seconds))  # fmt: skip
+    Console(width=max(console.width, 100)).print(table)
+    console.print(f"estimated time: {describe_seconds(plan.seconds)} in one process, from the "
+                  "bench table's CPU step times (Adult; stacking and workers shorten it)",
+                  soft_wrap=True)  # fmt: skip
     if already.done or already.failed:
         console.print(f"{run_dir} already holds {already.done} of them done, "
                       f"{already.failed} failed", soft_wrap=True)  # fmt: skip
@@ -131,8 +231,11 @@ def export(
     from fairbench.report.tables import write_trials_csv, write_trials_parquet
     from fairbench.rundir.store import finished_rows
 
-    rows = finished_rows(run_dir, "export")
     path = out or run_dir / f"trials.{fmt.value}"
+    if not path.parent.is_dir():
+        raise ConfigError(f"--out {path}: the directory {path.parent} does not exist; create it "
+                          "or give another path")  # fmt: skip
+    rows = finished_rows(run_dir, "export")
     tmp = path.with_name(path.name + ".tmp")
     writer = write_trials_parquet if fmt is ExportFormat.parquet else write_trials_csv
     writer(trials_frame(rows), tmp)

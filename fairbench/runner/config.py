@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,9 +108,14 @@ class ExperimentConfig(_Strict):
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
 
 
+_TYPE_TAG = re.compile(r"^(int|float|str|bool|list\[.*\]|dict\[.*\]|[A-Z]\w*)$")
+
+
 def _field_error(source: str, exc: ValidationError) -> ConfigError:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    # a union's errors carry the member type in their location (`seeds.int`): not a key
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and _TYPE_TAG.match(p))]
+    where = ".".join(str(p) for p in loc) or "(top level)"
     if err["type"] == "extra_forbidden":
         section = {"datasets": DatasetEntry, "methods": MethodEntry}.get(
             str(err["loc"][0]) if len(err["loc"]) > 1 else "", ExperimentConfig
@@ -133,7 +139,9 @@ def resolve_path(name_or_path: str) -> Path:
     raise ConfigError(f"config {name_or_path!r} not found: give a YAML path or one of: {names}")
 
 
-def load_config(name_or_path: str) -> ExperimentConfig:
+def load_config(name_or_path: str, overrides: list[str] | None = None) -> ExperimentConfig:
+    """A config file (or bundled name) validated, with `key=value` overrides applied first
+    (`runner.overrides`: checked like the file itself)."""
     path = resolve_path(name_or_path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -145,6 +153,11 @@ def load_config(name_or_path: str) -> ExperimentConfig:
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
+    if overrides:
+        from fairbench.runner.overrides import apply_overrides
+
+        data = apply_overrides(data, overrides)
+        return parse_config(data, f"{path} with overrides {' '.join(overrides)}")
     return parse_config(data, str(path))
 
 

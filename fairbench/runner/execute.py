@@ -52,6 +52,8 @@ def resolved_config(config: ExperimentConfig, specs: list[TrialSpec]) -> dict[st
         {"name": s.dataset, "options": s.dataset_options, "if_missing": "error"}
         for s in datasets.values()
     ]
+    if specs:  # the device the trials run on, never `auto`
+        data["device"] = specs[0].device
     for entry in data["methods"]:
         label = series_label(entry["label"] or entry["name"], method_class(entry["name"]))
         first = next(s for s in specs if s.label == label and s.method == entry["name"])
@@ -64,6 +66,7 @@ def prepare_run(
     run_dir: Path,
     warn: Callable[[str], None] = print,
     extend: bool = False,
+    preflight: Callable[[list[TrialSpec]], None] | None = None,
 ) -> list[TrialSpec]:
     """Validate the config and its data, then create (or re-open) the run directory.
 
@@ -71,27 +74,83 @@ def prepare_run(
     the same resolved config, so results of different experiments are never mixed. With
     `extend` (tune, when a method joins a comparison), a config that keeps every method entry
     of the existing one unchanged and adds others is the same experiment, grown: the saved
-    config is replaced and only the new entries' trials are left to run.
+    config is replaced and only the new entries' trials are left to run. `preflight` (the
+    run's calibration pass, `runner.preflight`) runs after the directory checks and before
+    the first write.
     """
     specs = expand(config, warn)
     resolved = resolved_config(config, specs)
     path = run_dir / CONFIG_FILE
+    _check_writable(run_dir)
     if path.exists():
         existing = yaml.safe_load(path.read_text())
+        if existing.get("device") == "auto":  # saved before runs recorded the device used
+            existing["device"] = resolved["device"]
         if existing == resolved:
             return specs
         if not (extend and _grown(existing, resolved)):
             raise ConfigError(
-                f"{run_dir} holds a run of a different config; pass another --out directory, "
-                f"or --resume {run_dir} to continue the run that is there"
+                f"{run_dir} holds a run of a different config ({config_diff(existing, resolved)}"
+                f"); pass another --out directory, or --resume {run_dir} without a config to "
+                "continue the run that is there"
             )
         added = len(resolved["methods"]) - len(existing["methods"])
         warn(f"{run_dir}: {added} method entries join the run; the others' trials are kept")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if preflight is not None:
+        preflight(specs)
+    try:  # permission bits do not tell everything (root, special file systems)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(run_dir, run_dir.parent, exc.strerror or str(exc)) from None
     tmp = path.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
     tmp.replace(path)
     return specs
+
+
+def _check_writable(run_dir: Path) -> None:
+    """The run directory can be created and written: checked before anything is written."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir} is an existing file; give a directory path")
+    parent = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise _unwritable(run_dir, parent, "not writable")
+
+
+def _unwritable(run_dir: Path, parent: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"cannot write the run directory {run_dir} ({parent}: {why}); give an --out directory "
+        "you can write to"
+    )
+
+
+def config_diff(existing: dict[str, Any], other: dict[str, Any], shown: int = 4) -> str:
+    """The keys on which two resolved configs differ, with both values, as one short line."""
+    left, right = _flatten(existing), _flatten(other)
+    keys = [k for k in sorted(set(left) | set(right)) if left.get(k) != right.get(k)]
+    parts = [f"{k}: {_short(left.get(k))} there, {_short(right.get(k))} here" for k in keys[:shown]]
+    more = f"; {len(keys) - shown} more keys differ" if len(keys) > shown else ""
+    return "; ".join(parts) + more
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted paths to leaves; entries of lists of named entries keyed by their label/name."""
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v
+                                                    for v in value):  # fmt: skip
+        items = ((v.get("label") or v["name"], v) for v in value)
+    else:
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, child in items:
+        out.update(_flatten(child, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _short(value: Any) -> str:
+    text = "(absent)" if value is None else json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _grown(existing: dict[str, Any], resolved: dict[str, Any]) -> bool:

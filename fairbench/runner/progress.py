@@ -64,21 +64,3 @@ def run_progress(specs: list[TrialSpec], run_dir: Path) -> RunProgress:
               for label, c in counts.items()]  # fmt: skip
     return RunProgress(labels, failures)
 
-
-def grid_summary(specs: list[TrialSpec]) -> list[dict[str, object]]:
-    """One line per (dataset, method label): trial count and the values it sweeps."""
-    groups: dict[tuple[str, str], list[TrialSpec]] = {}
-    for spec in specs:
-        groups.setdefault((spec.dataset, spec.label), []).append(spec)
-    return [
-        {
-            "dataset": dataset,
-            "label": label,
-            "trials": len(group),
-            "epsilons": sorted({s.epsilon for s in group}, key=lambda e: (e is None, e or 0)),
-            "knobs": sorted({s.knob for s in group}, key=lambda k: (k is None, k or 0)),
-            "seeds": len({s.seed for s in group}),
-            "constraints": sorted({s.constraint for s in group}),
-        }
-        for (dataset, label), group in groups.items()
-    ]
