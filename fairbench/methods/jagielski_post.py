@@ -238,7 +238,8 @@ class JagielskiPost(Method):
         stack = stack_models(models)
         data = StackedData([trial.task], session.device)
         noisy = session.private and not self.sensitive
-        sums = [session.gaussian_sum(BASE, hp.clip_norm, schedule.noise_multiplier)]
+        sigma = schedule.noise_multiplier
+        sums = [session.gaussian_sum(BASE, hp.clip_norm, sigma)] if noisy else []
         step_size = hp.lr / expected_batch(schedule, data.n)
 
         def step(round_: StackedBatches) -> None:
