@@ -40,13 +40,17 @@ class Hparams(BaseModel):
 class TrainingHparams(Hparams):
     """What every gradient-trained method shares: the model class and the optimiser basics."""
 
-    model: ModelKind = "logistic"
+    model: ModelKind = Field(
+        "logistic", description="logistic (multinomial) regression or a one-hidden-layer mlp"
+    )
     hidden: int = Field(
         32, ge=1, description="width of the mlp's one hidden layer; ignored by logistic"
     )
-    lr: float = Field(0.5, gt=0)
+    lr: float = Field(0.5, gt=0, description="step size of the (primal) descent")
     batch_size: int = Field(256, ge=1, description="(expected) mini-batch size")
-    epochs: float = Field(20.0, gt=0)
+    epochs: float = Field(
+        20.0, gt=0, description="passes over the training set (expected, with Poisson batches)"
+    )
 
 
 @dataclass(frozen=True)

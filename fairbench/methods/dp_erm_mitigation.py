@@ -221,8 +221,13 @@ class DPERMMitigationHparams(TrainingHparams):
     sign_momentum: float = Field(
         0.0, ge=0, lt=1, description="signs from a moving average of the noisy group sums"
     )
-    calibrate: Literal["noise", "steps"] = "noise"
-    noise_multiplier: float | None = Field(None, gt=0)
+    calibrate: Literal["noise", "steps"] = Field(
+        "noise",
+        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
+    )
+    noise_multiplier: float | None = Field(
+        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
+    )
 
     @model_validator(mode="after")
     def _one_free_quantity(self):

@@ -24,7 +24,7 @@ from fairbench.task import Task
 
 
 class ERMHparams(TrainingHparams):
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="l2 penalty of torch's SGD")
 
 
 class ERM(Method):

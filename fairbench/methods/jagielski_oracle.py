@@ -132,8 +132,13 @@ class JagielskiOracleHparams(TrainingHparams):
     auditor_scale: float | None = Field(
         None, gt=0, description="fixed Laplace scale of counts and auditor; None: from the share"
     )
-    privacy_notion: Literal["full", "sensitive-attribute"] = "full"
-    mixture: Literal["uniform", "lp"] = "lp"
+    privacy_notion: Literal["full", "sensitive-attribute"] = Field(
+        "full", description="full: DP of the whole record; sensitive-attribute: of the group only"
+    )
+    mixture: Literal["uniform", "lp"] = Field(
+        "lp",
+        description="output mixture: uniform over rounds (Q_EG) or fairlearn's LP weights (Q_LP)",
+    )
 
 
 @lru_cache(maxsize=256)
