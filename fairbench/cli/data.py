@@ -102,7 +102,8 @@ def data_check() -> None:
 def data_fetch(
     dataset: str,
     option: Annotated[
-        list[str] | None, typer.Option(help="adapter option KEY=VALUE (e.g. state=AL)")
+        list[str] | None,
+        typer.Option(metavar="KEY=VALUE", help="adapter option, e.g. state=AL (repeatable)"),
     ] = None,
 ) -> None:
     """Download a dataset's raw files from their public source into the data folder."""

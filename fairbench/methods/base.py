@@ -207,6 +207,15 @@ class Method(ABC):
     # True: predictions read each record's sensitive attribute (a group-aware post-processor);
     # every row, table and plot marks such a method, never compared silently with the others
     sensitive_at_test: ClassVar[bool] = False
+    # the citation: authors, year, title, venue; a plain baseline says what it is instead.
+    # `fairbench describe` shows it; "" only for a third-party plugin that declares none
+    paper: ClassVar[str] = ""
+    # the named constraints a trial of this method may use (fairbench.metrics.VIOLATIONS
+    # names); the plugin refuses any other before training. None: not declared
+    constraints: ClassVar[tuple[str, ...] | None] = None
+    # True: it also takes a user-declared rate-constraint set (a config's `constraint:
+    # {name, partition, constraints}`)
+    declared_constraints: ClassVar[bool] = False
 
     def __init__(self, **hparams: Any) -> None:
         try:

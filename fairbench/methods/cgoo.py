@@ -227,6 +227,11 @@ class CGOO(Method):
     name = "cgoo"
     description = "CGOO: reductions over group statistics, private counts + DP-SGD oracle"
     private = True
+    paper = (
+        "Alabi (2019): The Cost of a Reductions Approach to Private Fair Optimization. "
+        "arXiv:1906.09613"
+    )
+    constraints = CONSTRAINTS
     knob = Knob("alpha", "allowed violation of the constraint g", Direction.LOOSER, low=0.0,
                 low_inclusive=False)  # fmt: skip
     Hparams = CGOOHparams
@@ -373,3 +378,6 @@ class CGOONonPrivate(CGOO):
     name = "cgoo-nonprivate"
     description = "CGOO without noise or clipping: exact counts, plain SGD oracle"
     private = False
+    paper = (
+        "non-private twin of CGOO (Alabi, 2019, arXiv:1906.09613): exact counts, plain SGD oracle"
+    )

@@ -240,6 +240,11 @@ class DPERMMitigation(Method):
     description = ("DP-SGD on the loss plus group gaps in gradient norm and curvature "
                    "(Tran, Dinh, Fioretto 2021)")  # fmt: skip
     private = True
+    paper = (
+        "Tran, Dinh, Fioretto (2021): Differentially Private Empirical Risk Minimization "
+        "under the Fairness Lens. NeurIPS 2021"
+    )
+    constraints = CONSTRAINTS  # evaluated on; it targets none of them
     knob = Knob("lambda", "weight of the gradient-norm and curvature gap penalties",
                 Direction.STRICTER, low=0.0)  # fmt: skip
     reconstructed = "no paper or code found: regulariser and its privatisation from secondary notes"

@@ -229,6 +229,11 @@ class DPFermi(Method):
     name = "dp-fermi"
     description = "DP-FERMI: noisy DP-SGDA on the ERMI min-max objective (DP or EO)"
     private = True
+    paper = (
+        "Lowy, Gupta, Razaviyayn (2023): Stochastic Differentially Private and Fair "
+        "Learning. ICLR 2023"
+    )
+    constraints = CONSTRAINTS
     knob = Knob("lambda", "weight of the ERMI fairness penalty", Direction.STRICTER, low=0.0)
     Hparams = DPFermiHparams
     hparams: DPFermiHparams

@@ -36,6 +36,7 @@ from fairbench.methods.engine import (
     one_stacked_step,
     run_stacked,
 )
+from fairbench.metrics import VIOLATIONS
 from fairbench.models.grad_sample import CrossEntropy
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
@@ -72,6 +73,12 @@ class DPSGD(Method):
     name = "dp-sgd"
     description = "DP-SGD: Poisson batches, per-sample clipping, Gaussian noise (no fairness)"
     private = True
+    paper = (
+        "Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar, Zhang (2016): Deep Learning "
+        "with Differential Privacy. ACM CCS 2016"
+    )
+    constraints = tuple(VIOLATIONS)  # ignores the fairness spec: evaluated on any
+    declared_constraints = True
     Hparams = DPSGDHparams
     hparams: DPSGDHparams
 

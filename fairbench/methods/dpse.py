@@ -227,6 +227,11 @@ class DPSE(Method):
     name = "dpse"
     description = "DPSE: per-group budgets from private standard errors, then DP GD on BGL"
     private = True
+    paper = (
+        "Alabi, Wiggins (2023): Privacy Budget Tailoring in Private Data Analysis. "
+        "Transactions on Machine Learning Research (TMLR)"
+    )
+    constraints = ("bounded_group_loss",)  # with its knob; without, it trains unconstrained
     knob = Knob("bound", "largest allowed mean loss of any group", Direction.LOOSER, low=0.0)
     Hparams = DPSEHparams
     hparams: DPSEHparams
@@ -478,6 +483,10 @@ class DPNoSEHparams(DPSEHparams):
 class DPNoSE(DPSE):
     name = "dpnose"
     description = "DPNoSE: standard DP gradient descent, no group-aware budget (the baseline)"
+    paper = (
+        "DPNoSE, the baseline of Alabi, Wiggins (2023): Privacy Budget Tailoring in "
+        "Private Data Analysis. TMLR"
+    )
     Hparams = DPNoSEHparams
     hparams: DPNoSEHparams
     tailored = False

@@ -113,6 +113,11 @@ class FairlearnEG(Method):
     name = "fairlearn-eg"
     description = "fairlearn ExponentiatedGradient + logistic regression (non-private fair ref)"
     private = False
+    paper = (
+        "Agarwal, Beygelzimer, Dudik, Langford, Wallach (2018): A Reductions Approach to "
+        "Fair Classification. ICML 2018 (fairlearn's ExponentiatedGradient)"
+    )
+    constraints = tuple(MOMENTS)
     knob = Knob("difference_bound", "allowed gap of each group's rate to the overall rate",
                 Direction.LOOSER, low=0.0, low_inclusive=False)  # fmt: skip
     Hparams = FairlearnEGHparams

@@ -291,6 +291,12 @@ class JagielskiOracle(Method):
     description = ("Jagielski et al. 2019 DP reductions: EG auditor on Laplace histograms, "
                    "DP-SGD weighted-logistic learner; mixture output")  # fmt: skip
     private = True
+    paper = (
+        "Jagielski, Kearns, Mao, Oprea, Roth, Sharifi-Malvajerdi, Ullman (2019): "
+        "Differentially Private Fair Learning. ICML 2019 (DP reductions of Agarwal et "
+        "al. 2018)"
+    )
+    constraints = CONSTRAINTS
     knob = Knob("gamma", "allowed gap of each group's rate to the overall rate",
                 Direction.LOOSER, low=0.0)  # fmt: skip
     reconstructed = (
@@ -485,3 +491,7 @@ class JagielskiOracleNonPrivate(JagielskiOracle):
     name = "jagielski-oracle-nonprivate"
     description = "jagielski-oracle without noise or clipping: exact counts, plain SGD learner"
     private = False
+    paper = (
+        "non-private twin of jagielski-oracle (Jagielski et al., ICML 2019): exact "
+        "statistics, plain SGD learner"
+    )

@@ -176,6 +176,12 @@ class JagielskiPost(Method):
         "histogram (needs the sensitive attribute at test time)"
     )
     private = True
+    paper = (
+        "Jagielski, Kearns, Mao, Oprea, Roth, Sharifi-Malvajerdi, Ullman (2019): "
+        "Differentially Private Fair Learning. ICML 2019 (DP post-processing of Hardt, "
+        "Price, Srebro 2016)"
+    )
+    constraints = CONSTRAINTS
     sensitive_at_test = True
     knob = Knob("gamma", "allowed gap of each equalised rate between groups", Direction.LOOSER,
                 low=0.0, high=1.0)  # fmt: skip

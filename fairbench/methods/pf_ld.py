@@ -322,6 +322,11 @@ class PFLD(Method):
     name = "pf-ld"
     description = "PF-LD: Lagrangian-dual DP-SGD on group gaps (DP, EO, accuracy parity)"
     private = True
+    paper = (
+        "Tran, Fioretto, Van Hentenryck (2021): Differentially Private and Fair Deep "
+        "Learning: A Lagrangian Dual Approach. AAAI 2021"
+    )
+    constraints = CONSTRAINTS
     knob = Knob("alpha", "tolerance on each group-vs-population gap (0: the paper's)",
                 Direction.LOOSER, low=0.0)  # fmt: skip
     reconstructed = (

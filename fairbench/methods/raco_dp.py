@@ -192,6 +192,12 @@ class SGDA(Method):
     name = "sgda"
     description = "non-private SGDA on generalized rate constraints (RaCO-DP without noise)"
     private = False
+    paper = (
+        "non-private twin of RaCO-DP (Yaghini, Cebere, Menart, Bellet, Papernot, 2026; "
+        "ICLR 2026): the same SGDA with exact histograms, no noise, no clipping"
+    )
+    constraints = tuple(constraints.BUILDERS)
+    declared_constraints = True
     knob = Knob("gamma", "allowed disparity of each rate constraint", Direction.LOOSER, low=0.0)
     Hparams = SGDAHparams
     hparams: SGDAHparams
@@ -304,6 +310,10 @@ class RaCODP(SGDA):
     name = "raco-dp"
     description = "RaCO-DP: DP-SGDA with one Laplace histogram per step for rate constraints"
     private = True
+    paper = (
+        "Yaghini, Cebere, Menart, Bellet, Papernot (2026): Private Rate-Constrained "
+        "Optimization with Applications to Fair Learning. ICLR 2026"
+    )
     Hparams = RaCODPHparams
     hparams: RaCODPHparams
 
