@@ -129,3 +129,49 @@ def test_bench_json_reports_medians_and_ratios(cli, tmp_path):
     assert result["ratio_to_dp_sgd"]["dp-sgd"] == 1.0
     assert all(t > 0 for t in result["step_seconds"].values())
     assert result["batch_size"] == 512
+
+
+def test_list_json(cli):
+    code, out, _ = cli("list", "methods", "--json")
+    methods = {m["name"]: m for m in json.loads(out)}
+    assert code == 0 and methods["raco-dp"] == {
+        "name": "raco-dp", "description": methods["raco-dp"]["description"], "private": True,
+        "knob": "gamma", "sensitive_at_test": False, "reconstructed": None}  # fmt: skip
+    assert methods["jagielski-post"]["sensitive_at_test"] and methods["erm"]["knob"] is None
+    datasets = json.loads(cli("list", "datasets", "--json")[1])
+    assert {"name": "synthetic", "description": datasets[-1]["description"]} in datasets
+    configs = {c["name"]: c["path"] for c in json.loads(cli("list", "configs", "--json")[1])}
+    assert configs["smoke"].endswith("smoke.yaml")
+
+
+def test_data_check_json_is_one_object_per_file(cli, monkeypatch, adult_copy):
+    (adult_copy / "adult" / "adult.test").write_text("garbage")
+    monkeypatch.setenv("FAIRBENCH_DATA", str(adult_copy))
+    code, out, _ = cli("data", "check", "--json")
+    entries = json.loads(out)
+    assert code == 1  # a present file does not verify
+    adult = [(e["path"], e["present"], e["sha256_ok"], e["status"]) for e in entries
+             if e["dataset"] == "adult"]  # fmt: skip
+    assert adult == [("adult/adult.data", True, True, "corrupted"),
+                     ("adult/adult.test", True, False, "corrupted")]  # fmt: skip
+    german = [e for e in entries if e["dataset"] == "german"]
+    assert [(e["present"], e["status"]) for e in german] == [(False, "missing")]
+    assert "fairbench data fetch german" in german[0]["problem"]
+    (synthetic,) = [e for e in entries if e["dataset"] == "synthetic"]
+    assert synthetic["path"] is None and synthetic["status"] == "generated"
+
+
+def test_report_json_lists_what_it_wrote(cli, tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        "name: tiny\ndatasets: [{name: synthetic, options: {n_rows: 400}}]\nseeds: 1\n"
+        "methods: [{name: erm, hparams: {epochs: 1}}]\n"
+    )
+    run_dir = tmp_path / "run"
+    assert cli("run", str(config), "--out", str(run_dir), "--quiet")[0] == 0
+    code, out, _ = cli("report", str(run_dir), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["n_trials"] == 1 and report["n_pareto_points"] >= 1
+    assert report["trials_csv"] == str(run_dir / "trials.csv")
+    assert report["n_figures"] == len(report["figures"]) and isinstance(report["warnings"], list)
+    assert all((run_dir / p).exists() for p in report["figures"])

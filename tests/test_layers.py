@@ -17,7 +17,7 @@ LAYERS = [
     {"errors", "task", "metrics", "streams"},
     {"privacy", "constraints", "datasets", "models"},
     {"methods"},
-    {"rundir"},
+    {"rundir", "catalog"},  # catalog: what `describe` shows of methods and datasets
     {"runner", "report", "audit"},
     {"workflows"},
     {"cli", "testing"},  # testing: the plugin conformance kit, over methods, datasets, runner

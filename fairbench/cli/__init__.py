@@ -7,19 +7,53 @@ This module builds the Typer app; the commands live in one module per group (`ru
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
-from fairbench.cli import checks, data, privacy, runs, tuning
-from fairbench.cli.common import err_console
+from fairbench.cli import checks, data, describe, privacy, runs, tuning
+from fairbench.cli.common import BareFlagsGroup, err_console
 from fairbench.errors import FairbenchError
 
 app = typer.Typer(
+    cls=BareFlagsGroup,
     help="Benchmark differentially private fair-learning methods on the same footing.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},  # sub-commands inherit it
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import platform
+
+        import torch
+
+        import fairbench
+
+        print(f"fairbench {fairbench.__version__} (torch {torch.__version__}, "
+              f"python {platform.python_version()})")  # fmt: skip
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            callback=_print_version,
+            is_eager=True,
+            help="print the versions of fairbench, torch and python, and exit",
+        ),
+    ] = False,
+) -> None:
+    """Benchmark differentially private fair-learning methods on the same footing."""
+
+
 app.add_typer(data.data_app, name="data")
 app.add_typer(privacy.privacy_app, name="privacy")
 app.add_typer(tuning.figure_app, name="figure")
@@ -30,6 +64,7 @@ app.command()(checks.check)
 app.command()(tuning.tune)
 app.command()(runs.report)
 app.command("list")(data.list_)
+app.command()(describe.describe)
 app.command()(checks.bench)
 app.command()(checks.audit)
 

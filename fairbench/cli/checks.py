@@ -60,7 +60,9 @@ def bench(
     out: Annotated[
         Path | None, typer.Option(help="also write step_time.json/.csv/.md into this folder")
     ] = None,
-    fits: Annotated[bool, typer.Option(help="also time one whole trial per method")] = False,
+    fits: Annotated[
+        bool, typer.Option("--fits", help="also time one whole trial per method")
+    ] = False,
     figure: Annotated[
         str | None, typer.Option(help="instead, time this figure config run from scratch")
     ] = None,
@@ -205,7 +207,8 @@ def audit(
         "demographic_parity"
     ),
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="hyperparameter KEY=VALUE (repeatable)")
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="hyperparameter (repeatable)"),
     ] = None,
     confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
     seed: int = 0,

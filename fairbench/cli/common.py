@@ -1,8 +1,11 @@
-"""What the command modules share: the two consoles and parsing of KEY=VALUE options."""
+"""What the command modules share: the two consoles, parsing of KEY=VALUE options, and the
+root group that keeps flags' help free of value placeholders."""
 
 from __future__ import annotations
 
+import typer
 from rich.console import Console
+from typer.core import TyperGroup, TyperOption
 
 from fairbench.errors import ConfigError
 
@@ -21,3 +24,21 @@ def key_values(items: list[str] | None, flag: str, example: str) -> dict[str, ob
             raise ConfigError(f"{flag} {item!r}: write KEY=VALUE, e.g. {flag} {example}")
         parsed[key] = yaml.safe_load(value)
     return parsed
+
+
+class BareFlagsGroup(TyperGroup):
+    """The root command group. Typer's help shows a type placeholder after every option, so a
+    flag reads `--json <bool>` as if it took a value: before the root parses anything, every
+    flag in the command tree (`--help` included) has its placeholder removed."""
+
+    def get_params(self, ctx: typer.Context) -> list:
+        _bare_flags(self, ctx)
+        return super().get_params(ctx)
+
+
+def _bare_flags(command, ctx: typer.Context) -> None:
+    for param in [*command.params, command.get_help_option(ctx)]:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _bare_flags(sub, ctx)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from enum import Enum
 from typing import Annotated
 
@@ -9,7 +11,6 @@ import typer
 from rich.table import Table
 
 from fairbench.cli.common import console, key_values
-from fairbench.errors import DataError
 
 data_app = typer.Typer(help="Inspect and fetch the raw datasets.", no_args_is_help=True)
 
@@ -20,12 +21,18 @@ class Listable(str, Enum):
     configs = "configs"
 
 
-def list_(what: Listable) -> None:
+def list_(
+    what: Listable,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
     """List installed method plugins, dataset adapters or bundled configs."""
     if what is Listable.methods:
         from fairbench.methods import registry as methods
 
         found = sorted(methods().items())
+        if as_json:
+            print(json.dumps([_method_entry(name, cls) for name, cls in found]))
+            return
         width = max(len(name) for name, _ in found)
         for name, cls in found:
             tags = ["private" if cls.private else "non-private"]
@@ -36,42 +43,76 @@ def list_(what: Listable) -> None:
     elif what is Listable.datasets:
         from fairbench.datasets import registry as datasets
 
-        for name, cls in sorted(datasets().items()):
+        found = sorted(datasets().items())
+        if as_json:
+            print(json.dumps([{"name": n, "description": c.description} for n, c in found]))
+            return
+        for name, cls in found:
             print(f"{name:12s} {cls.description}")
     else:
         from fairbench.runner.config import BUNDLED
 
-        for path in sorted(BUNDLED.glob("*.yaml")):
+        paths = sorted(BUNDLED.glob("*.yaml"))
+        if as_json:
+            print(json.dumps([{"name": p.stem, "path": str(p)} for p in paths]))
+            return
+        for path in paths:
             print(f"{path.stem:12s} {path}")
 
 
-@data_app.command("check")
-def data_check() -> None:
-    """Verify every known dataset under the data folder: presence, checksum, rows, features."""
-    import numpy as np
+def _method_entry(name: str, cls) -> dict:
+    knob = cls.knob if cls.knob is None or isinstance(cls.knob, str) else cls.knob.name
+    return {"name": name, "description": cls.description, "private": cls.private,
+            "knob": knob, "sensitive_at_test": cls.sensitive_at_test,
+            "reconstructed": cls.reconstructed}  # fmt: skip
 
+
+@data_app.command("check")
+def data_check(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON object per file (dataset, path, ...)")
+    ] = False,
+) -> None:
+    """Verify every known dataset under the data folder: presence, checksum, rows, features.
+    Exit 1 if a present file does not verify (missing files are reported, not failed)."""
+    from fairbench.catalog.datasets import file_statuses, load_status
     from fairbench.datasets import registry as datasets
     from fairbench.datasets.files import data_root
 
-    root = data_root()
+    checked = []
+    for name, cls in sorted(datasets().items()):
+        adapter = cls()
+        status, problem, task = load_status(adapter)
+        checked.append((name, status, problem, task, file_statuses(adapter, task)))
+    bad = any(status == "corrupted" for _, status, _, _, _ in checked)
+    if as_json:
+        print(json.dumps([entry for name, status, problem, _, files in checked
+                          for entry in _file_entries(name, status, problem, files)]))  # fmt: skip
+    else:
+        _print_check(checked, data_root())
+    if bad:
+        raise typer.Exit(1)
+
+
+def _file_entries(dataset: str, status: str, problem: str | None, files) -> list[dict]:
+    """One object per raw file (path, present, sha256 ok, ...) with its dataset's status; a
+    generated dataset, which has no file, gets one object with path null."""
+    if not files:
+        return [{"dataset": dataset, "path": None, "present": None, "sha256_ok": None,
+                 "status": status, "problem": problem}]  # fmt: skip
+    return [{**dataclasses.asdict(f), "status": status, "problem": problem} for f in files]
+
+
+def _print_check(checked, root) -> None:
+    import numpy as np
+
     table = Table(title=f"datasets under {root}")
     for col in ("dataset", "status", "rows", "features", "groups", "label rate (mean) per group"):
         table.add_column(col)
-    bad = False
-    for name, cls in sorted(datasets().items()):
-        try:
-            task = cls().load(seed=0)
-        except DataError as exc:
-            missing = "missing data file" in str(exc)
-            bad |= not missing
-            table.add_row(
-                name,
-                "missing" if missing else "[red]corrupted[/red]",
-                "",
-                "",
-                "",
-                str(exc) if not missing else "",
-            )
+    for name, status, problem, task, _ in checked:
+        if task is None:
+            shown = "missing" if status == "missing" else "[red]corrupted[/red]"
+            table.add_row(name, shown, "", "", "", problem if status != "missing" else "")
             continue
         splits = (task.train, task.val, task.test)
         rows = sum(len(s) for s in splits)
@@ -84,25 +125,17 @@ def data_check() -> None:
         rates = [
             f"{group}: {v.mean():.3f}" for group, v in zip(task.group_names, per_group, strict=True)
         ]
-        status = "verified" if cls.files else "generated"
-        table.add_row(
-            name,
-            f"[green]{status}[/green]",
-            f"{rows:,}",
-            str(task.n_features),
-            str(task.n_groups),
-            ", ".join(rates),
-        )
+        table.add_row(name, f"[green]{status}[/green]", f"{rows:,}", str(task.n_features),
+                      str(task.n_groups), ", ".join(rates))  # fmt: skip
     console.print(table)
-    if bad:
-        raise typer.Exit(1)
 
 
 @data_app.command("fetch")
 def data_fetch(
     dataset: str,
     option: Annotated[
-        list[str] | None, typer.Option(help="adapter option KEY=VALUE (e.g. state=AL)")
+        list[str] | None,
+        typer.Option(metavar="KEY=VALUE", help="adapter option, e.g. state=AL (repeatable)"),
     ] = None,
 ) -> None:
     """Download a dataset's raw files from their public source into the data folder."""

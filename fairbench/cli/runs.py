@@ -243,11 +243,31 @@ def export(
     console.print(f"{len(rows)} trials → {path}")
 
 
-def report(run_dir: Path) -> None:
+def report(
+    run_dir: Path,
+    as_json: Annotated[bool, typer.Option("--json", help="print what was written as JSON")] = False,
+) -> None:
     """(Re)write trials.csv, pareto.csv, pareto.md and figures/ of a run directory."""
     from fairbench.report import write_report
 
-    _print_report(write_report(run_dir))
+    written = write_report(run_dir)
+    if as_json:
+        print(json.dumps(_report_json(written)))
+    else:
+        _print_report(written)
+
+
+def _report_json(report) -> dict:
+    """Every path the report wrote (as strings), its counts and its warnings."""
+    import dataclasses
+
+    import pandas as pd
+
+    fields = {k: [str(p) for p in v] if isinstance(v, list) and k != "warnings"
+              else str(v) if isinstance(v, Path) else v
+              for k, v in dataclasses.asdict(report).items()}  # fmt: skip
+    return {**fields, "n_pareto_points": len(pd.read_csv(report.pareto_csv)),
+            "n_figures": len(report.figures)}  # fmt: skip
 
 
 PRINTED_POINTS = 60  # a longer Pareto table is left to pareto.md

@@ -16,9 +16,12 @@ def tune(
     config: Annotated[str, typer.Argument(help="tune config: YAML path or bundled name")],
     out: Annotated[Path | None, typer.Option(help="output directory (default runs/NAME)")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
-    quiet: Annotated[bool, typer.Option(help="no progress bar (for CI)")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar (for CI)")] = False,
     charge_tuning: Annotated[
-        bool, typer.Option(help="report the privacy cost of tuning under the stated bound")
+        bool,
+        typer.Option(
+            "--charge-tuning", help="report the privacy cost of tuning under the stated bound"
+        ),
     ] = False,
 ) -> None:
     """Equal-budget random search per method, selection on validation, the selected

@@ -43,13 +43,19 @@ RENAMED = {"RELP": "RELSHIPP"}  # 2019 on
 
 
 class ACSOptions(DatasetOptions):
-    state: str = "AL"
-    year: int = Field(2018, ge=2014)
-    horizon: Literal["1-Year", "5-Year"] = "5-Year"
-    problem: Literal["employment", "income"] = "employment"
-    sensitive: Literal["race", "sex"] = "race"
-    include_sensitive: bool = False
-    merge_groups_below: int | None = Field(None, ge=1)
+    state: str = Field("AL", description="two-letter US state code")
+    year: int = Field(2018, ge=2014, description="survey year")
+    horizon: Literal["1-Year", "5-Year"] = Field("5-Year", description="ACS sample horizon")
+    problem: Literal["employment", "income"] = Field(
+        "employment", description="folktables task: ACSEmployment or ACSIncome"
+    )
+    sensitive: Literal["race", "sex"] = Field(
+        "race", description="group attribute: RAC1P (9 values) or SEX"
+    )
+    include_sensitive: bool = Field(False, description="the group attribute is also a model input")
+    merge_groups_below: int | None = Field(
+        None, ge=1, description="merge groups with fewer rows than this into one"
+    )
 
     @field_validator("state")
     @classmethod

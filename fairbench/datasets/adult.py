@@ -33,6 +33,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from fairbench.datasets.base import Dataset, DatasetOptions, build_task, one_hot
 from fairbench.datasets.files import DataFile
@@ -171,9 +172,13 @@ MISSING = "?"
 
 
 class AdultOptions(DatasetOptions):
-    sensitive: Literal["sex", "race"] = "sex"
-    include_sensitive: bool = False
-    missing: Literal["drop", "category"] = "category"
+    sensitive: Literal["sex", "race"] = Field(
+        "sex", description="group attribute: sex (2 groups) or race (5)"
+    )
+    include_sensitive: bool = Field(False, description="the group attribute is also a model input")
+    missing: Literal["drop", "category"] = Field(
+        "category", description="rows with '?': a category of their own, or dropped"
+    )
 
 
 def read_raw(path: Path) -> pd.DataFrame:

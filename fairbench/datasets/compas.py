@@ -27,6 +27,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from fairbench.datasets.base import Dataset, DatasetOptions, build_task, one_hot, read_table
 from fairbench.datasets.files import DataFile
@@ -48,8 +49,10 @@ FILTER_TEXT = (
 
 
 class CompasOptions(DatasetOptions):
-    sensitive: Literal["race_bw", "race", "sex"] = "race_bw"
-    include_sensitive: bool = False
+    sensitive: Literal["race_bw", "race", "sex"] = Field(
+        "race_bw", description="race_bw (African-American vs Caucasian), race (6 values) or sex"
+    )
+    include_sensitive: bool = Field(False, description="the group attribute is also a model input")
 
 
 def propublica_filter(frame: pd.DataFrame) -> pd.DataFrame:

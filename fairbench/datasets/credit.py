@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from fairbench.datasets.base import Dataset, DatasetOptions, build_task, one_hot, read_table
 from fairbench.datasets.files import DataFile, data_root, locate, sha256_of
@@ -58,7 +59,7 @@ XLS = DataFile(
 
 
 class CreditOptions(DatasetOptions):
-    include_sensitive: bool = False
+    include_sensitive: bool = Field(False, description="SEX is also a model input")
 
 
 def read_values(path: Path) -> pd.DataFrame:

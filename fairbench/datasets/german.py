@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from fairbench.datasets.base import Dataset, DatasetOptions, build_task, one_hot
 from fairbench.datasets.files import DataFile
@@ -61,8 +62,10 @@ AGE_THRESHOLD = 25
 
 
 class GermanOptions(DatasetOptions):
-    sensitive: Literal["sex", "age"] = "sex"
-    include_sensitive: bool = False
+    sensitive: Literal["sex", "age"] = Field(
+        "sex", description="sex (attribute 9) or age > 25 (attribute 13)"
+    )
+    include_sensitive: bool = Field(False, description="the group attribute is also a model input")
 
 
 def read_raw(path: Path) -> pd.DataFrame:

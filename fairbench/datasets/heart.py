@@ -33,9 +33,11 @@ SOURCE = "https://www.kaggle.com/datasets/alexteboul/heart-disease-health-indica
 
 
 class HeartOptions(DatasetOptions):
-    n_rows: int | None = Field(None, ge=100)
-    subsample_seed: int = 0
-    include_sensitive: bool = False
+    n_rows: int | None = Field(
+        None, ge=100, description="uniform subsample of this many rows first (None: all)"
+    )
+    subsample_seed: int = Field(0, description="seed of that subsample (not the split seed)")
+    include_sensitive: bool = Field(False, description="Sex is also a model input")
 
 
 class Heart(Dataset):

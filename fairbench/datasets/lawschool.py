@@ -35,9 +35,16 @@ SOURCE = "https://github.com/mkusner/counterfactual-fairness"  # links the file 
 
 
 class LawSchoolOptions(DatasetOptions):
-    task: Literal["classification", "regression"] = "classification"
-    sensitive: Literal["race", "race_bw", "sex"] = "race"
-    merge_groups_below: int | None = Field(None, ge=1)
+    task: Literal["classification", "regression"] = Field(
+        "classification",
+        description="classification (passed the bar at first try) or regression (ZFYA)",
+    )
+    sensitive: Literal["race", "race_bw", "sex"] = Field(
+        "race", description="race (8 values), race_bw (white vs black) or sex"
+    )
+    merge_groups_below: int | None = Field(
+        None, ge=1, description="merge race values with fewer rows than this into Other"
+    )
 
 
 class LawSchool(Dataset):

@@ -24,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from fairbench.datasets.base import (
     Dataset,
@@ -46,9 +47,14 @@ COLUMNS = ("subject#", "age", "sex", "test_time", "motor_UPDRS", "total_UPDRS", 
 
 
 class ParkinsonsOptions(DatasetOptions):
-    task: Literal["classification", "regression"] = "classification"
-    split: Literal["rows", "subject"] = "rows"
-    drop_motor: bool = False
+    task: Literal["classification", "regression"] = Field(
+        "classification",
+        description="classification (total_UPDRS above the training median) or regression",
+    )
+    split: Literal["rows", "subject"] = Field(
+        "rows", description="rows (prior work) or subject (each subject's recordings in one part)"
+    )
+    drop_motor: bool = Field(False, description="remove motor_UPDRS from the inputs")
 
 
 class Parkinsons(Dataset):

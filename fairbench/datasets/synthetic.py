@@ -29,19 +29,37 @@ from fairbench.task import Task
 
 
 class SyntheticOptions(DatasetOptions):
-    task: Literal["classification", "regression"] = "classification"
-    n_rows: int = Field(4000, ge=40)
-    n_features: int = Field(10, ge=1)
-    n_groups: int = Field(2, ge=2)
-    group_sizes: list[int] | None = None  # overrides n_rows, n_groups, minority_fraction
-    minority_fraction: float = Field(0.3, gt=0, lt=1)  # share of rows outside group 0
-    group_shift: float = Field(2.5, ge=0)  # classification: proxy-feature mean of minorities
-    base_rate_gap: float = Field(2.5, ge=0)  # classification: logit offset of minorities
-    intercept: float = 0.0  # classification: shifts the overall positive rate
-    label_noise: float = Field(0.5, ge=0)  # classification logit noise
-    slopes: list[float] | None = None  # regression: per-group coefficient (default 1 each)
-    noise: list[float] | None = None  # regression: per-group noise std (default 1 each)
-    data_seed: int = 0
+    task: Literal["classification", "regression"] = Field(
+        "classification", description="classification or regression"
+    )
+    n_rows: int = Field(
+        4000, ge=40, description="rows in all (split over groups by minority_fraction)"
+    )
+    n_features: int = Field(
+        10, ge=1, description="features; in classification the last is the group proxy"
+    )
+    n_groups: int = Field(2, ge=2, description="number of groups")
+    group_sizes: list[int] | None = Field(
+        None, description="exact rows per group; overrides n_rows, n_groups, minority_fraction"
+    )
+    minority_fraction: float = Field(0.3, gt=0, lt=1, description="share of rows outside group 0")
+    group_shift: float = Field(
+        2.5, ge=0, description="classification: proxy-feature mean of the non-first groups"
+    )
+    base_rate_gap: float = Field(
+        2.5, ge=0, description="classification: logit offset of the non-first groups"
+    )
+    intercept: float = Field(0.0, description="classification: shifts the overall positive rate")
+    label_noise: float = Field(0.5, ge=0, description="classification: logit noise std")
+    slopes: list[float] | None = Field(
+        None, description="regression: per-group coefficient (default 1 each)"
+    )
+    noise: list[float] | None = Field(
+        None, description="regression: per-group noise std (default 1 each)"
+    )
+    data_seed: int = Field(
+        0, description="seed of the generated data (the trial seed fixes only the split)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self):

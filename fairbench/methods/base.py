@@ -40,13 +40,17 @@ class Hparams(BaseModel):
 class TrainingHparams(Hparams):
     """What every gradient-trained method shares: the model class and the optimiser basics."""
 
-    model: ModelKind = "logistic"
+    model: ModelKind = Field(
+        "logistic", description="logistic (multinomial) regression or a one-hidden-layer mlp"
+    )
     hidden: int = Field(
         32, ge=1, description="width of the mlp's one hidden layer; ignored by logistic"
     )
-    lr: float = Field(0.5, gt=0)
+    lr: float = Field(0.5, gt=0, description="step size of the (primal) descent")
     batch_size: int = Field(256, ge=1, description="(expected) mini-batch size")
-    epochs: float = Field(20.0, gt=0)
+    epochs: float = Field(
+        20.0, gt=0, description="passes over the training set (expected, with Poisson batches)"
+    )
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,15 @@ class Method(ABC):
     # True: predictions read each record's sensitive attribute (a group-aware post-processor);
     # every row, table and plot marks such a method, never compared silently with the others
     sensitive_at_test: ClassVar[bool] = False
+    # the citation: authors, year, title, venue; a plain baseline says what it is instead.
+    # `fairbench describe` shows it; "" only for a third-party plugin that declares none
+    paper: ClassVar[str] = ""
+    # the named constraints a trial of this method may use (fairbench.metrics.VIOLATIONS
+    # names); the plugin refuses any other before training. None: not declared
+    constraints: ClassVar[tuple[str, ...] | None] = None
+    # True: it also takes a user-declared rate-constraint set (a config's `constraint:
+    # {name, partition, constraints}`)
+    declared_constraints: ClassVar[bool] = False
 
     def __init__(self, **hparams: Any) -> None:
         try:

@@ -99,12 +99,19 @@ class CGOOHparams(TrainingHparams):
     batch_size: int = Field(256, ge=1)
     epochs: float = Field(1.0, gt=0, description="oracle epochs per iteration")
     iterations: int = Field(40, ge=1, description="T: oracle calls = mixture components")
-    objective: Literal["error", "balanced_error", "negative_gmean"] = "error"
+    objective: Literal["error", "balanced_error", "negative_gmean"] = Field(
+        "error", description="f of the group statistics: error, balanced error or negative g-mean"
+    )
     eta: float = Field(20.0, gt=0, description="smooth-max parameter (equalized odds)")
     G: float | None = Field(None, gt=0, description="default (alpha + L_f sqrt(K)) / alpha")
-    play: Literal["dual", "paper"] = "dual"
+    play: Literal["dual", "paper"] = Field(
+        "dual",
+        description="constraint term: dual (no-regret multipliers) or paper (G 1[g >= 0] grad g)",
+    )
     lr_dual: float = Field(1.0, gt=0, description="multiplier step (play: dual)")
-    clip_norm: float = Field(1.0, gt=0)
+    clip_norm: float = Field(
+        1.0, gt=0, description="per-sample clip of the oracle's DP-SGD gradient"
+    )
     count_share: float = Field(0.1, gt=0, lt=1, description="epsilon share of the counts")
 
 
@@ -220,6 +227,11 @@ class CGOO(Method):
     name = "cgoo"
     description = "CGOO: reductions over group statistics, private counts + DP-SGD oracle"
     private = True
+    paper = (
+        "Alabi (2019): The Cost of a Reductions Approach to Private Fair Optimization. "
+        "arXiv:1906.09613"
+    )
+    constraints = CONSTRAINTS
     knob = Knob("alpha", "allowed violation of the constraint g", Direction.LOOSER, low=0.0,
                 low_inclusive=False)  # fmt: skip
     Hparams = CGOOHparams
@@ -366,3 +378,6 @@ class CGOONonPrivate(CGOO):
     name = "cgoo-nonprivate"
     description = "CGOO without noise or clipping: exact counts, plain SGD oracle"
     private = False
+    paper = (
+        "non-private twin of CGOO (Alabi, 2019, arXiv:1906.09613): exact counts, plain SGD oracle"
+    )

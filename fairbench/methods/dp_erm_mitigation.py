@@ -221,8 +221,13 @@ class DPERMMitigationHparams(TrainingHparams):
     sign_momentum: float = Field(
         0.0, ge=0, lt=1, description="signs from a moving average of the noisy group sums"
     )
-    calibrate: Literal["noise", "steps"] = "noise"
-    noise_multiplier: float | None = Field(None, gt=0)
+    calibrate: Literal["noise", "steps"] = Field(
+        "noise",
+        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
+    )
+    noise_multiplier: float | None = Field(
+        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
+    )
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
@@ -235,6 +240,11 @@ class DPERMMitigation(Method):
     description = ("DP-SGD on the loss plus group gaps in gradient norm and curvature "
                    "(Tran, Dinh, Fioretto 2021)")  # fmt: skip
     private = True
+    paper = (
+        "Tran, Dinh, Fioretto (2021): Differentially Private Empirical Risk Minimization "
+        "under the Fairness Lens. NeurIPS 2021"
+    )
+    constraints = CONSTRAINTS  # evaluated on; it targets none of them
     knob = Knob("lambda", "weight of the gradient-norm and curvature gap penalties",
                 Direction.STRICTER, low=0.0)  # fmt: skip
     reconstructed = "no paper or code found: regulariser and its privatisation from secondary notes"

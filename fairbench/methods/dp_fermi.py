@@ -190,16 +190,32 @@ class DPFermiHparams(TrainingHparams):
     clip_norm: float = Field(2.0, gt=0, description="per-sample clip of the theta-gradient")
     clip_norm_w: float = Field(2.0, gt=0, description="per-sample clip of the W-gradient")
     w_diameter: float = Field(4.0, gt=0, description="Frobenius diameter of W's ball")
-    privacy_notion: Literal["full", "sensitive-attribute"] = "full"
+    privacy_notion: Literal["full", "sensitive-attribute"] = Field(
+        "full", description="full: DP of the whole record; sensitive-attribute: of the group only"
+    )
     # sensitive-attribute only: `paper` calibrates the noise by the paper's analysis
     # (amplified as under add/remove) to reproduce published curves; rows still report the
     # suite's (true) epsilon
-    sensitive_accounting: Literal["worst-case", "paper"] = "worst-case"
-    marginals: Literal["private", "public"] = "private"
+    sensitive_accounting: Literal["worst-case", "paper"] = Field(
+        "worst-case",
+        description="sensitive-attribute notion: noise by worst-case or the paper's analysis",
+    )
+    marginals: Literal["private", "public"] = Field(
+        "private",
+        description="group marginals p(s): private (Gaussian counts) or public (exact counts)",
+    )
     marginal_noise: float = Field(100.0, gt=0, description="Gaussian std per group count")
-    calibrate: Literal["noise", "steps"] = "noise"
-    noise_multiplier: float | None = Field(None, gt=0)
-    iterate: Literal["last", "random"] = "last"
+    calibrate: Literal["noise", "steps"] = Field(
+        "noise",
+        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
+    )
+    noise_multiplier: float | None = Field(
+        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
+    )
+    iterate: Literal["last", "random"] = Field(
+        "last",
+        description="model returned: the last iterate or a uniformly drawn one (the analysis')",
+    )
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
@@ -213,6 +229,11 @@ class DPFermi(Method):
     name = "dp-fermi"
     description = "DP-FERMI: noisy DP-SGDA on the ERMI min-max objective (DP or EO)"
     private = True
+    paper = (
+        "Lowy, Gupta, Razaviyayn (2023): Stochastic Differentially Private and Fair "
+        "Learning. ICLR 2023"
+    )
+    constraints = CONSTRAINTS
     knob = Knob("lambda", "weight of the ERMI fairness penalty", Direction.STRICTER, low=0.0)
     Hparams = DPFermiHparams
     hparams: DPFermiHparams

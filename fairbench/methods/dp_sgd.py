@@ -36,6 +36,7 @@ from fairbench.methods.engine import (
     one_stacked_step,
     run_stacked,
 )
+from fairbench.metrics import VIOLATIONS
 from fairbench.models.grad_sample import CrossEntropy
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
@@ -50,10 +51,17 @@ LABEL = "dp-sgd: clipped gradient sum"
 class DPSGDHparams(TrainingHparams):
     lr: float = Field(1.0, gt=0)
     batch_size: int = Field(512, ge=1)
-    clip_norm: float = Field(1.0, gt=0)
-    calibrate: Literal["noise", "steps"] = "noise"
-    noise_multiplier: float | None = Field(None, gt=0)
-    grad_engine: Literal["auto", "opacus"] = "auto"  # auto: closed form for linear models
+    clip_norm: float = Field(1.0, gt=0, description="per-sample gradient clip C")
+    calibrate: Literal["noise", "steps"] = Field(
+        "noise",
+        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
+    )
+    noise_multiplier: float | None = Field(
+        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
+    )
+    grad_engine: Literal["auto", "opacus"] = Field(
+        "auto", description="per-sample gradients: auto (closed form for linear models) or opacus"
+    )
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
@@ -65,6 +73,12 @@ class DPSGD(Method):
     name = "dp-sgd"
     description = "DP-SGD: Poisson batches, per-sample clipping, Gaussian noise (no fairness)"
     private = True
+    paper = (
+        "Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar, Zhang (2016): Deep Learning "
+        "with Differential Privacy. ACM CCS 2016"
+    )
+    constraints = tuple(VIOLATIONS)  # ignores the fairness spec: evaluated on any
+    declared_constraints = True
     Hparams = DPSGDHparams
     hparams: DPSGDHparams
 

@@ -134,16 +134,26 @@ class DPSEHparams(Hparams):
     clip_x: float = Field(5.0, gt=0, description="row norm bound for X^T X, X^T Y")
     clip_y: float = Field(5.0, gt=0, description="target bound for X^T Y")
     steps: int = Field(100, ge=1, description="T, full-batch rounds of stage 2")
-    lr: float = Field(0.1, gt=0)
+    lr: float = Field(0.1, gt=0, description="stage 2 gradient-descent step")
     box: float = Field(5.0, gt=0, description="C_P = [-box, box]^P")
     lagrange: float = Field(1.0, ge=0, description="G, weight of the constraint gradient")
     precursor_steps: int = Field(25, ge=1, description="classification: logistic precursor")
-    precursor_lr: float = Field(0.5, gt=0)
-    composition: Literal["sequential", "parallel"] = "sequential"
-    group_sizes: Literal["private", "public"] = "private"
+    precursor_lr: float = Field(
+        0.5, gt=0, description="step of the logistic precursor's gradient descent"
+    )
+    composition: Literal["sequential", "parallel"] = Field(
+        "sequential",
+        description="sequential: the whole record meets the target; parallel: the worst group does",
+    )
+    group_sizes: Literal["private", "public"] = Field(
+        "private",
+        description="group sizes n_k: a private Gaussian count release, or public (the paper's)",
+    )
     # stage 2's f: `group_means` weighs every group equally (Algorithm 2, line 10), `pooled`
     # weighs every record equally (Algorithm 3's sum of group sums; DPNoSE's "standard DPGD")
-    objective: Literal["group_means", "pooled"] = "group_means"
+    objective: Literal["group_means", "pooled"] = Field(
+        "group_means", description="stage 2's f: per-group means (Algorithm 2) or pooled"
+    )
 
 
 class _Budget:
@@ -217,6 +227,11 @@ class DPSE(Method):
     name = "dpse"
     description = "DPSE: per-group budgets from private standard errors, then DP GD on BGL"
     private = True
+    paper = (
+        "Alabi, Wiggins (2023): Privacy Budget Tailoring in Private Data Analysis. "
+        "Transactions on Machine Learning Research (TMLR)"
+    )
+    constraints = ("bounded_group_loss",)  # with its knob; without, it trains unconstrained
     knob = Knob("bound", "largest allowed mean loss of any group", Direction.LOOSER, low=0.0)
     Hparams = DPSEHparams
     hparams: DPSEHparams
@@ -468,6 +483,10 @@ class DPNoSEHparams(DPSEHparams):
 class DPNoSE(DPSE):
     name = "dpnose"
     description = "DPNoSE: standard DP gradient descent, no group-aware budget (the baseline)"
+    paper = (
+        "DPNoSE, the baseline of Alabi, Wiggins (2023): Privacy Budget Tailoring in "
+        "Private Data Analysis. TMLR"
+    )
     Hparams = DPNoSEHparams
     hparams: DPNoSEHparams
     tailored = False

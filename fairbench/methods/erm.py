@@ -18,13 +18,14 @@ from fairbench.methods.base import (
     resolve_device,
 )
 from fairbench.methods.engine import Program, Schedule, init_model, train_tensors
+from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.session import Batch, PrivacySession
 from fairbench.task import Task
 
 
 class ERMHparams(TrainingHparams):
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="l2 penalty of torch's SGD")
 
 
 class ERM(Method):
@@ -34,6 +35,9 @@ class ERM(Method):
     name = "erm"
     description = "non-private mini-batch SGD on the cross-entropy loss (accuracy reference)"
     private = False
+    paper = "plain baseline: non-private empirical risk minimisation (mini-batch SGD)"
+    constraints = tuple(VIOLATIONS)  # ignores the fairness spec: evaluated on any
+    declared_constraints = True
     Hparams = ERMHparams
     hparams: ERMHparams
 

@@ -65,13 +65,17 @@ INSTALL = "pip install 'dp-fairbench[fairlearn]'"
 
 
 class FairlearnEGHparams(Hparams):
-    model: Literal["logistic"] = "logistic"
+    model: Literal["logistic"] = Field(
+        "logistic", description="linear only: scikit-learn's LogisticRegression"
+    )
     C: float = Field(1.0, gt=0, description="inverse l2 strength of LogisticRegression")
     lr_max_iter: int = Field(1000, ge=1, description="LogisticRegression's max_iter")
     eps: float | None = Field(None, gt=0, description="EG's eps (B = 1/eps); None: the knob")
     max_iter: int = Field(50, ge=1, description="EG iterations (fairlearn's default)")
     eta0: float = Field(2.0, gt=0, description="EG's initial learning rate")
-    run_linprog_step: bool = True
+    run_linprog_step: bool = Field(
+        True, description="EG's final linear program over the iterates (fairlearn's option)"
+    )
 
     @field_validator("model", mode="before")
     @classmethod
@@ -109,6 +113,11 @@ class FairlearnEG(Method):
     name = "fairlearn-eg"
     description = "fairlearn ExponentiatedGradient + logistic regression (non-private fair ref)"
     private = False
+    paper = (
+        "Agarwal, Beygelzimer, Dudik, Langford, Wallach (2018): A Reductions Approach to "
+        "Fair Classification. ICML 2018 (fairlearn's ExponentiatedGradient)"
+    )
+    constraints = tuple(MOMENTS)
     knob = Knob("difference_bound", "allowed gap of each group's rate to the overall rate",
                 Direction.LOOSER, low=0.0, low_inclusive=False)  # fmt: skip
     Hparams = FairlearnEGHparams

@@ -132,8 +132,13 @@ class JagielskiOracleHparams(TrainingHparams):
     auditor_scale: float | None = Field(
         None, gt=0, description="fixed Laplace scale of counts and auditor; None: from the share"
     )
-    privacy_notion: Literal["full", "sensitive-attribute"] = "full"
-    mixture: Literal["uniform", "lp"] = "lp"
+    privacy_notion: Literal["full", "sensitive-attribute"] = Field(
+        "full", description="full: DP of the whole record; sensitive-attribute: of the group only"
+    )
+    mixture: Literal["uniform", "lp"] = Field(
+        "lp",
+        description="output mixture: uniform over rounds (Q_EG) or fairlearn's LP weights (Q_LP)",
+    )
 
 
 @lru_cache(maxsize=256)
@@ -286,6 +291,12 @@ class JagielskiOracle(Method):
     description = ("Jagielski et al. 2019 DP reductions: EG auditor on Laplace histograms, "
                    "DP-SGD weighted-logistic learner; mixture output")  # fmt: skip
     private = True
+    paper = (
+        "Jagielski, Kearns, Mao, Oprea, Roth, Sharifi-Malvajerdi, Ullman (2019): "
+        "Differentially Private Fair Learning. ICML 2019 (DP reductions of Agarwal et "
+        "al. 2018)"
+    )
+    constraints = CONSTRAINTS
     knob = Knob("gamma", "allowed gap of each group's rate to the overall rate",
                 Direction.LOOSER, low=0.0)  # fmt: skip
     reconstructed = (
@@ -480,3 +491,7 @@ class JagielskiOracleNonPrivate(JagielskiOracle):
     name = "jagielski-oracle-nonprivate"
     description = "jagielski-oracle without noise or clipping: exact counts, plain SGD learner"
     private = False
+    paper = (
+        "non-private twin of jagielski-oracle (Jagielski et al., ICML 2019): exact "
+        "statistics, plain SGD learner"
+    )

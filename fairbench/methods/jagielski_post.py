@@ -105,7 +105,9 @@ class JagielskiPostHparams(TrainingHparams):
     lr: float = Field(1.0, gt=0)
     batch_size: int = Field(512, ge=1)
     clip_norm: float = Field(1.0, gt=0, description="per-sample clip of the base's gradient")
-    privacy_notion: Literal["full", "sensitive-attribute"] = "full"
+    privacy_notion: Literal["full", "sensitive-attribute"] = Field(
+        "full", description="full: DP-SGD base + histogram; sensitive-attribute: histogram only"
+    )
     histogram_share: float = Field(
         0.1, gt=0, lt=1, description="share of epsilon for the histogram (full notion)"
     )
@@ -115,8 +117,13 @@ class JagielskiPostHparams(TrainingHparams):
     beta: float | None = Field(
         None, gt=0, lt=1, description="the paper's slack confidence; None: no slack"
     )
-    calibrate: Literal["noise", "steps"] = "noise"
-    noise_multiplier: float | None = Field(None, gt=0)
+    calibrate: Literal["noise", "steps"] = Field(
+        "noise",
+        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
+    )
+    noise_multiplier: float | None = Field(
+        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
+    )
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
@@ -169,6 +176,12 @@ class JagielskiPost(Method):
         "histogram (needs the sensitive attribute at test time)"
     )
     private = True
+    paper = (
+        "Jagielski, Kearns, Mao, Oprea, Roth, Sharifi-Malvajerdi, Ullman (2019): "
+        "Differentially Private Fair Learning. ICML 2019 (DP post-processing of Hardt, "
+        "Price, Srebro 2016)"
+    )
+    constraints = CONSTRAINTS
     sensitive_at_test = True
     knob = Knob("gamma", "allowed gap of each equalised rate between groups", Direction.LOOSER,
                 low=0.0, high=1.0)  # fmt: skip

@@ -298,8 +298,13 @@ class PFLDHparams(TrainingHparams):
         20.0, gt=0, description="full notion: Laplace scale of the (cell, group) counts"
     )
     min_count: float = Field(1.0, gt=0, description="public floor for noisy counts")
-    privacy_notion: Literal["full", "sensitive-attribute"] = "full"
-    calibrate: Literal["noise", "steps"] = "noise"
+    privacy_notion: Literal["full", "sensitive-attribute"] = Field(
+        "full", description="full: DP of the whole record; sensitive-attribute: of the group only"
+    )
+    calibrate: Literal["noise", "steps"] = Field(
+        "noise",
+        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
+    )
     noise_multiplier: float | None = Field(None, gt=0, description="fixed with calibrate: steps")
 
     @model_validator(mode="after")
@@ -317,6 +322,11 @@ class PFLD(Method):
     name = "pf-ld"
     description = "PF-LD: Lagrangian-dual DP-SGD on group gaps (DP, EO, accuracy parity)"
     private = True
+    paper = (
+        "Tran, Fioretto, Van Hentenryck (2021): Differentially Private and Fair Deep "
+        "Learning: A Lagrangian Dual Approach. AAAI 2021"
+    )
+    constraints = CONSTRAINTS
     knob = Knob("alpha", "tolerance on each group-vs-population gap (0: the paper's)",
                 Direction.LOOSER, low=0.0)  # fmt: skip
     reconstructed = (

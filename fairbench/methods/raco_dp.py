@@ -133,11 +133,17 @@ class SGDAHparams(TrainingHparams):
     epochs: float = Field(40.0, gt=0)
     # noisy dual gradients make projected ascent drift upward (noise plus the clamp at 0): a
     # small dual step (the paper's range tops out at 0.1) keeps lambda from wandering
-    lr_dual: float = Field(0.1, gt=0)
+    lr_dual: float = Field(0.1, gt=0, description="projected ascent step of the multipliers lambda")
     batch_size: int = Field(1024, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    lambda_max: float = Field(20.0, gt=0)
-    dual_rates: Literal["soft", "hard"] = "hard"
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="tau of the tempered softmax of the soft rates (large: near hard rates)",
+    )
+    lambda_max: float = Field(20.0, gt=0, description="cap on every multiplier lambda")
+    dual_rates: Literal["soft", "hard"] = Field(
+        "hard", description="rates the dual update reads: tempered softmax or argmax (Appendix E.4)"
+    )
     min_count: float = Field(1.0, gt=0, description="public floor for histogram denominators")
     clip_norm: float = Field(math.inf, gt=0, description="inf: no clipping (plain SGDA)")
 
@@ -155,8 +161,12 @@ class RaCODPHparams(SGDAHparams):
     dual_rates: Literal["soft", "hard"] = "soft"
     # C = 2 Pareto-dominates C = 1 on Adult at eps = 1 (10 seeds): less clipping bias lets
     # the constraint bite (the paper's Appendix E.6 makes the same point)
-    clip_norm: float = Field(2.0, gt=0)
-    calibrate: Literal["steps", "noise"] = "steps"
+    clip_norm: float = Field(
+        2.0, gt=0, description="per-sample clip C of the Lagrangian gradient (finite)"
+    )
+    calibrate: Literal["steps", "noise"] = Field(
+        "steps", description="steps: fix sigma and the Laplace scale, solve T; noise: solve sigma"
+    )
     noise_multiplier: float | None = Field(None, gt=0, description="default 4 when fixed")
     laplace_scale: float = Field(5.0, gt=0, description="Laplace scale, the paper's 1/b")
 
@@ -182,6 +192,12 @@ class SGDA(Method):
     name = "sgda"
     description = "non-private SGDA on generalized rate constraints (RaCO-DP without noise)"
     private = False
+    paper = (
+        "non-private twin of RaCO-DP (Yaghini, Cebere, Menart, Bellet, Papernot, 2026; "
+        "ICLR 2026): the same SGDA with exact histograms, no noise, no clipping"
+    )
+    constraints = tuple(constraints.BUILDERS)
+    declared_constraints = True
     knob = Knob("gamma", "allowed disparity of each rate constraint", Direction.LOOSER, low=0.0)
     Hparams = SGDAHparams
     hparams: SGDAHparams
@@ -294,6 +310,10 @@ class RaCODP(SGDA):
     name = "raco-dp"
     description = "RaCO-DP: DP-SGDA with one Laplace histogram per step for rate constraints"
     private = True
+    paper = (
+        "Yaghini, Cebere, Menart, Bellet, Papernot (2026): Private Rate-Constrained "
+        "Optimization with Applications to Fair Learning. ICLR 2026"
+    )
     Hparams = RaCODPHparams
     hparams: RaCODPHparams
 
