@@ -72,6 +72,15 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
         run_args(with_methods({"name": "pf-ld", "knobs": [-0.1]})),
         "method pf-ld: knob alpha = -0.1 is outside its valid range",
     ),
+    "constraint the method does not support": (
+        run_args(
+            {
+                **with_methods({"name": "dp-fermi", "knobs": [1.0]}),
+                "constraint": "false_negative_rate_parity",
+            }
+        ),
+        "method dp-fermi does not support constraint false_negative_rate_parity; it supports",
+    ),
     "private method without epsilons": (
         run_args({**TINY, "epsilons": []}),
         "method dp-sgd is private: list target epsilons",

@@ -247,6 +247,7 @@ def _method_trials(
             raise ConfigError(f"method {entry.name} has no fairness knob; remove its knobs")
         for knob in entry.knobs:  # a bad value is refused before a run directory exists
             cls.knob.validate(knob, method=entry.name)
+        _check_constraint(cls, constraint, definition)
     specs = []
     for values in itertools.product(*entry.sweep.values()):
         raw = {**entry.hparams, **dict(zip(entry.sweep, values, strict=True))}
@@ -272,6 +273,18 @@ def _method_trials(
                 )
             )
     return specs
+
+
+def _check_constraint(cls, constraint: str, definition: dict[str, Any] | None) -> None:
+    """A method trained towards a constraint (knobs given) must support it."""
+    if definition is not None:
+        if not cls.declared_constraints:
+            raise ConfigError(f"method {cls.name} does not train towards a declared rate-"
+                              "constraint set; use a named constraint, or a method that does "
+                              "(`fairbench describe METHOD` says)")  # fmt: skip
+    elif cls.constraints is not None and constraint not in cls.constraints:
+        raise ConfigError(f"method {cls.name} does not support constraint {constraint}; it "
+                          f"supports {', '.join(cls.constraints)}")  # fmt: skip
 
 
 def _resolve_dataset(entry: DatasetEntry, warn, check_data: bool) -> tuple[str, dict[str, Any]]:
