@@ -31,13 +31,13 @@ ul.warnings li { color: #8a4b00; margin-bottom: 0.3em; }
 figure { margin: 1em 0; } img { max-width: 100%; }
 pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.85em; }
 """
-# the report's Markdown documents, in the order the page shows them, with their anchors
+# the report's Markdown documents, in the order the page shows them: (anchor, contents entry)
 DOCUMENTS = {
-    "pareto.md": "pareto",
-    "paired.md": "paired",
-    "constraints.md": "constraints",
-    "references.md": "references",
-    "group_losses.md": "group-losses",
+    "pareto.md": ("pareto", "Pareto tables"),
+    "paired.md": ("paired", "Paired comparisons"),
+    "constraints.md": ("constraints", "Constraint satisfaction"),
+    "references.md": ("references", "Published curves"),
+    "group_losses.md": ("group-losses", "Group losses"),
 }
 
 
@@ -122,7 +122,7 @@ def report_html(
     from fairbench import __version__
 
     sections = [("warnings", "Warnings"), ("figures", "Figures"), ("privacy", "Privacy ledger")]
-    sections += [(DOCUMENTS[name], name) for name in DOCUMENTS if name in documents]
+    sections += [DOCUMENTS[name] for name in DOCUMENTS if name in documents]
     sections.append(("config", "Config"))
     nav = " · ".join(f'<a href="#{anchor}">{escape(name)}</a>' for anchor, name in sections)
     warned = ("<ul class=\"warnings\">" + "".join(f"<li>{_inline(w)}</li>" for w in warnings)
@@ -136,7 +136,7 @@ def report_html(
         '<section id="figures"><h2>Figures</h2>\n'
         + "\n".join(figure_html(f, run_dir) for f in figures) + "</section>",
         f'<section id="privacy"><h2>Privacy ledger</h2>\n{privacy_html(summary)}</section>',
-        *(f'<section id="{DOCUMENTS[name]}">\n{document_html(documents[name])}</section>'
+        *(f'<section id="{DOCUMENTS[name][0]}">\n{document_html(documents[name])}</section>'
           for name in DOCUMENTS if name in documents),
         f'<section id="config"><h2>Config</h2>\n<pre>{escape(config_yaml)}</pre></section>',
     ]  # fmt: skip
