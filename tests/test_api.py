@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 import fairbench
-from fairbench.errors import ConfigError, FairbenchError
+from fairbench.errors import CalibrationError, ConfigError, FairbenchError
 from tests.conftest import REPO
 from tests.test_runner import SMALL, read_results, without_timing, write_config
 
@@ -147,6 +147,17 @@ def test_bad_input_raises_one_fairbench_error_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(FairbenchError, match="is not a run directory"):
         fairbench.load_run(tmp_path)
+
+
+def test_preflight_runs_before_anything_is_written(tmp_path):
+    raco = {"name": "raco-dp", "knobs": [0.05], "hparams": {"epochs": 1}}
+    infeasible = {**SMALL, "epsilons": [0.01], "methods": [raco]}
+    with pytest.raises(CalibrationError, match=r"raco-dp on synthetic at epsilon 0\.01"):
+        fairbench.run(infeasible, out=tmp_path / "infeasible")
+    assert not (tmp_path / "infeasible").exists()
+    with pytest.warns(UserWarning, match=r"seeds \[0\] are listed more than once"):
+        run = fairbench.run({**SMALL, "epsilons": [4.0], "seeds": [0, 0]}, out=tmp_path / "dup")
+    assert set(run.trials["seed"]) == {0}
 
 
 def test_load_run_reads_committed_results_without_a_store(tmp_path):

@@ -14,6 +14,9 @@ from fairbench.errors import ConfigError
 from fairbench.report import Report, write_report
 from fairbench.runner.config import ExperimentConfig, load_config, parse_config
 from fairbench.runner.execute import RunSummary, execute, prepare_run
+from fairbench.runner.overrides import apply_overrides
+from fairbench.runner.preflight import preflight
+from fairbench.runner.trial import TrialSpec
 
 ConfigLike = str | Path | Mapping[str, Any] | ExperimentConfig
 
@@ -28,22 +31,22 @@ class Outcome:
 def experiment_config(config: ConfigLike, overrides: list[str] | None = None) -> ExperimentConfig:
     """A validated config from a YAML path, a bundled config's name, a mapping of config keys
     or an `ExperimentConfig`, with Hydra-style `KEY=VALUE` overrides applied and validated
-    like the file (`runner.overrides`)."""
+    like the file (`runner.overrides`), as `fairbench run CONFIG KEY=VALUE...` does."""
+    if isinstance(config, str | Path):
+        return load_config(str(config), list(overrides or []))
     if isinstance(config, ExperimentConfig):
-        experiment, source = config, f"config {config.name!r}"
+        if not overrides:
+            return config
+        data, source = config.model_dump(exclude_defaults=True), f"config {config.name!r}"
     elif isinstance(config, Mapping):
-        experiment, source = parse_config(dict(config), "config mapping"), "config mapping"
-    elif isinstance(config, str | Path):
-        experiment, source = load_config(str(config)), str(config)
+        data, source = dict(config), "config mapping"
     else:
         raise ConfigError(f"config: expected a YAML path, a bundled config name, a dict or an "
                           f"ExperimentConfig, got {type(config).__name__}")  # fmt: skip
-    if not overrides:
-        return experiment
-    from fairbench.runner.overrides import apply_overrides
-
-    data = apply_overrides(experiment.model_dump(exclude_defaults=True), list(overrides))
-    return parse_config(data, f"{source} with overrides {' '.join(overrides)}")
+    if overrides:
+        data = apply_overrides(data, list(overrides))
+        source = f"{source} with overrides {' '.join(overrides)}"
+    return parse_config(data, source)
 
 
 def run_experiment(
@@ -55,9 +58,15 @@ def run_experiment(
     scheduler: str | None = None,
     warn: Callable[[str], None] = print,
 ) -> Outcome:
-    """Validate and prepare `run_dir` (nothing is written before validation passed; an existing
-    directory of the same config resumes), run the trials not yet done, write the report.
-    Failed trials are in the outcome's summary (and the store), not raised."""
-    specs = prepare_run(experiment, run_dir, warn=warn)
+    """Validate the config and its data and calibrate every private configuration (pre-flight)
+    before anything is written, then create `run_dir` (an existing directory of the same
+    config resumes), run the trials not yet done and write the report. Failed trials are in
+    the outcome's summary (and the store), not raised."""
+
+    def checked(specs: list[TrialSpec]) -> None:
+        for message in preflight(specs, experiment.seed_list).warnings:
+            warn(message)
+
+    specs = prepare_run(experiment, run_dir, warn=warn, preflight=checked)
     summary = execute(specs, run_dir, workers, quiet, executor, scheduler)
     return Outcome(run_dir, summary, write_report(run_dir))
