@@ -112,7 +112,7 @@ PENDING: dict[str, str] = {
     "fairbench data check --json": "describe part: --json on data check",
 }
 
-PENDING_LINKS = {"docs/api.md": "api part writes it"}  # TODO(issue 21): delete once it exists
+PENDING_LINKS: dict[str, str] = {}  # links to documents other parts have yet to write
 
 
 @dataclass(frozen=True)

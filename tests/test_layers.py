@@ -20,7 +20,8 @@ LAYERS = [
     {"rundir", "catalog"},  # catalog: what `describe` shows of methods and datasets
     {"runner", "report", "audit"},
     {"workflows"},
-    {"cli", "testing"},  # testing: the plugin conformance kit, over methods, datasets, runner
+    {"cli", "api", "testing"},  # api: the Python API (fairbench.run); testing: the plugin
+    # conformance kit, over methods, datasets, runner
 ]
 # Siblings on a layer that must stay independent of each other.
 INDEPENDENT = {"runner", "report", "audit"}

@@ -1,5 +1,6 @@
 """Reports of a finished (or partly finished) run: trials.csv, pareto.csv/.md, paired.csv/.md
-(paired comparisons at fixed violation levels) and figures."""
+(paired comparisons at fixed violation levels), constraints.csv/.md, figures, a LaTeX (booktabs)
+.tex beside every Markdown table, and report.html, the whole report in one offline page."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from fairbench.report.constraints import (
     satisfaction_table,
 )
 from fairbench.report.groups import group_markdown, group_table, smallest_group_figure
+from fairbench.report.html import report_html
+from fairbench.report.latex import latex_tables
+from fairbench.report.ledger_summary import privacy_summary
 from fairbench.report.paired import paired_markdown, paired_table
 from fairbench.report.plots import UNTUNED, satisfaction_figures, trade_off_figures
 from fairbench.report.references import compare, references_markdown
 from fairbench.report.tables import pareto_markdown, write_trials_csv
-from fairbench.rundir import saved_config
+from fairbench.rundir import CONFIG_FILE, saved_config
 from fairbench.rundir.store import finished_rows
 
 
@@ -31,6 +35,7 @@ class Report:
     figures: list[Path]
     n_trials: int
     warnings: list[str]
+    html: Path
 
 
 def hyperparameter_provenance(config: dict) -> str:
@@ -59,31 +64,39 @@ def write_report(run_dir: Path) -> Report:
         [],
         len(trials),
         warnings,
+        run_dir / "report.html",
     )
+    documents: dict[str, str] = {}  # Markdown file name -> text; each gets a .tex beside it
     write_trials_csv(trials, out.trials_csv)
     points.to_csv(out.pareto_csv, index=False)
-    out.pareto_md.write_text(pareto_markdown(points, title, warnings))
+    documents["pareto.md"] = pareto_markdown(points, title, warnings)
     paired = paired_table(trials)
     paired.to_csv(run_dir / "paired.csv", index=False)
-    (run_dir / "paired.md").write_text(paired_markdown(paired, title, warnings))
+    documents["paired.md"] = paired_markdown(paired, title, warnings)
     satisfaction = satisfaction_table(trials)
     satisfaction.to_csv(out.constraints_csv, index=False)
     values = constraint_values(trials)
     values.to_csv(run_dir / "constraint_values.csv", index=False)
-    (run_dir / "constraints.md").write_text(constraints_markdown(satisfaction, values, title))
+    documents["constraints.md"] = constraints_markdown(satisfaction, values, title)
     references = config.get("references") or []
     if references:
         table = compare(points, references)
         table.to_csv(run_dir / "references.csv", index=False)
-        (run_dir / "references.md").write_text(references_markdown(table, title))
+        documents["references.md"] = references_markdown(table, title)
     out.figures.extend(trade_off_figures(points, run_dir / "figures", references, hyper))
     out.figures.extend(satisfaction_figures(points, run_dir / "figures", hyper))
     if "test_group_loss" in trials.columns:
         grouped = trials[trials["test_group_loss"].map(lambda v: isinstance(v, list))]
         table = group_table(grouped)
         table.to_csv(run_dir / "group_losses.csv", index=False)
-        (run_dir / "group_losses.md").write_text(
-            group_markdown(table, title, int(grouped["seed"].nunique()))
-        )
+        documents["group_losses.md"] = group_markdown(table, title, int(grouped["seed"].nunique()))
         out.figures.extend(smallest_group_figure(grouped, run_dir / "figures"))
+    for name, markdown in documents.items():
+        (run_dir / name).write_text(markdown)
+        (run_dir / name).with_suffix(".tex").write_text(latex_tables(markdown, name))
+    config_path = run_dir / CONFIG_FILE
+    config_yaml = config_path.read_text() if config_path.is_file() else ""
+    page = report_html(run_dir, title, warnings, out.figures, privacy_summary(trials), documents,
+                       config_yaml, len(trials))  # fmt: skip
+    out.html.write_text(page)
     return out

@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.figure import Figure
 
 from fairbench.report.aggregate import dominated
 from fairbench.report.palette import LINESTYLES, style
@@ -113,6 +114,53 @@ def _legend_outside(fig, axes) -> None:
     fig.tight_layout()
 
 
+def trade_off_figure(
+    points: pd.DataFrame,
+    dataset: str,
+    constraint: str,
+    notion: str,
+    references: list[dict] | None = None,
+    hyper: str = UNTUNED,
+    ax=None,
+) -> Figure:
+    """The trade-off figure of one (dataset, constraint, privacy notion): one panel per epsilon
+    of its private points, or, in `ax`, the one epsilon `points` holds (the caller filters).
+    Non-private points of the dataset are drawn hollow in every panel. A new figure is not
+    registered with pyplot: nothing to close, and a notebook shows the one returned."""
+    is_ref = points["epsilon"].map(math.isinf)
+    here = (points["dataset"] == dataset) & (points["constraint"] == constraint)
+    refs = points[here & is_ref]
+    grp = points[here & ~is_ref & (points["privacy_notion"] == notion)]
+    if grp.empty:
+        grp = refs  # a run without private methods: the non-private points alone
+    epsilons = sorted(grp["epsilon"].unique())
+    lines = _linestyles(points)
+    if ax is None:
+        fig = Figure(figsize=(4.2 * len(epsilons), 3.8))
+        axes = fig.subplots(1, len(epsilons), squeeze=False, sharey=True)[0]
+    else:
+        fig, axes = ax.figure, [ax]
+        if len(epsilons) != 1:
+            raise ValueError(f"one axes shows one epsilon; these points hold {epsilons}")
+    for panel_ax, eps in zip(axes, epsilons, strict=True):
+        panel = grp[grp["epsilon"] == eps]
+        if not math.isinf(eps):
+            _frontier(panel_ax, panel)
+            _series(panel_ax, panel, lines)
+        _published(panel_ax, references or [], dataset, constraint, notion, eps)
+        _series(panel_ax, refs, lines, hollow=True)
+        panel_ax.set_title(_eps_title(eps), fontsize=9)
+        panel_ax.set_xlabel(f"{constraint.replace('_', ' ')} violation (test)")
+        panel_ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test error")
+    if ax is None:
+        _suptitle(fig, dataset, constraint, notion, pd.concat([grp, refs]), hyper)
+        _legend_outside(fig, axes)
+    else:
+        ax.legend(fontsize=7)
+    return fig
+
+
 def trade_off_figures(
     points: pd.DataFrame,
     out_dir: Path,
@@ -123,35 +171,14 @@ def trade_off_figures(
     Published reference curves are drawn in the panels they match; `hyper` says in the title
     how the hyper-parameters were chosen."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    reference = points[points["epsilon"].map(math.isinf)]
     private = points[~points["epsilon"].map(math.isinf)]
-    lines = _linestyles(points)
-    keys = ["dataset", "constraint"]
-    figures = [
-        ((d, c, n), grp) for (d, c, n), grp in private.groupby([*keys, "privacy_notion"])
-    ] or [((d, c, "non-private"), grp) for (d, c), grp in reference.groupby(keys)]
-    for (dataset, constraint, notion), grp in figures:
-        refs = reference[
-            (reference["dataset"] == dataset) & (reference["constraint"] == constraint)
-        ]
-        epsilons = sorted(grp["epsilon"].unique())
-        fig, axes = plt.subplots(
-            1, len(epsilons), figsize=(4.2 * len(epsilons), 3.8), squeeze=False, sharey=True
-        )
-        for ax, eps in zip(axes[0], epsilons, strict=True):
-            panel = grp[grp["epsilon"] == eps]
-            if not math.isinf(eps):
-                _frontier(ax, panel)
-                _series(ax, panel, lines)
-            _published(ax, references or [], dataset, constraint, notion, eps)
-            _series(ax, refs, lines, hollow=True)
-            ax.set_title(_eps_title(eps), fontsize=9)
-            ax.set_xlabel(f"{constraint.replace('_', ' ')} violation (test)")
-            ax.grid(alpha=0.3)
-        axes[0][0].set_ylabel("test error")
-        _suptitle(fig, dataset, constraint, notion, pd.concat([grp, refs]), hyper)
-        _legend_outside(fig, axes[0])
+    keys = ["dataset", "constraint", "privacy_notion"]
+    figures = list(private.groupby(keys).groups) or [
+        (d, c, "non-private") for d, c in points.groupby(["dataset", "constraint"]).groups
+    ]
+    written = []
+    for dataset, constraint, notion in figures:
+        fig = trade_off_figure(points, dataset, constraint, notion, references, hyper)
         written.append(_save(fig, out_dir / f"{dataset}_{constraint}_{notion}"))
     return written
 
