@@ -15,9 +15,7 @@ What counts as a command, and how each kind is checked:
 - a `fairbench ...` line of a ```text block (a synopsis) and `fairbench ...` in inline code: the
   command must exist and every `--option` it names must be one of that command's options;
   inline `make TARGET` must be a real target.
-Commands that other parts of issue 21 are adding and that do not exist yet are in PENDING:
-expected to fail to parse, strictly, so each turns into a failure (remove it from PENDING)
-the moment it exists. Markdown links between the documents must resolve, anchors included.
+Markdown links between the documents must resolve, anchors included.
 """
 
 from __future__ import annotations
@@ -99,20 +97,6 @@ EXPENSIVE: dict[str, tuple[str, str]] = {
         "rewrites the committed figure under results/ (make fig-privacy-cost)",
     ),
 }
-
-# TODO(issue 21): commands the describe part adds; the lead wires them after merging that
-# branch (each fails here, strictly, once it exists: then delete its line).
-PENDING: dict[str, str] = {
-    "fairbench describe raco-dp": "describe part: fairbench describe METHOD",
-    "fairbench describe adult": "describe part: fairbench describe DATASET",
-    "fairbench --version": "describe part: --version",
-    "fairbench -h": "describe part: -h",
-    "fairbench list methods --json": "describe part: --json on list",
-    "fairbench report runs/x --json": "describe part: --json on report",
-    "fairbench data check --json": "describe part: --json on data check",
-}
-
-PENDING_LINKS: dict[str, str] = {}  # links to documents other parts have yet to write
 
 
 @dataclass(frozen=True)
@@ -205,7 +189,7 @@ def test_every_command_block_is_a_checked_console_block():
 def test_the_lists_name_only_commands_the_docs_show():
     shown = {c.text for c in ALL}
     normalise = lambda text: shlex.join(shlex.split(text))  # noqa: E731
-    stale = [t for t in [*EXPENSIVE, *PENDING] if normalise(t) not in shown]
+    stale = [t for t in EXPENSIVE if normalise(t) not in shown]
     assert not stale, f"no document shows these any more: {stale}"
 
 
@@ -248,7 +232,7 @@ def _run_python(command: Command) -> str:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_doc_commands_run(doc, cli, tmp_path, monkeypatch):
-    commands = [c for c in console_commands(doc) if c.text not in PENDING]
+    commands = console_commands(doc)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "configs").symlink_to(REPO / "configs")
     outputs = {}
@@ -275,17 +259,6 @@ def _check_the_readme_excerpt(doc: Path, printed: str) -> None:
     assert len(rows) == 2
     for row in rows:
         assert row in printed, f"README's sample row is stale:\n{row}\nprinted:\n{printed}"
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=why))
-        for t, why in PENDING.items()
-    ],
-)
-def test_pending_commands_do_not_exist_yet(text):
-    parse(shlex.split(text)[1:])
 
 
 def _mentions() -> Iterator[tuple[str, str]]:
@@ -325,12 +298,10 @@ def _unknown_parts(mention: str) -> list[str]:
 
 
 def test_synopses_and_inline_mentions_name_real_commands_and_options():
-    pending_prefixes = list(PENDING)
     bad = [
         f"{where}: {mention} ({', '.join(unknown)})"
         for where, mention in _mentions()
         if (unknown := _unknown_parts(mention))
-        and not any(p.startswith(shlex.join(shlex.split(mention))) for p in pending_prefixes)
     ]
     assert not bad, "\n".join(bad)
 
@@ -352,10 +323,6 @@ def test_links_between_documents_resolve():
                 continue  # an external address
             file, _, anchor = target.partition("#")
             path = (doc.parent / file).resolve() if file else doc
-            where = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
-            if where in PENDING_LINKS:
-                assert not path.exists(), f"{where} exists now: delete it from PENDING_LINKS"
-                continue
             if not path.exists():
                 bad.append(f"{doc.name}: {target} (no such file)")
             elif anchor and anchor not in _anchors(path):

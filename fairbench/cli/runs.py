@@ -62,10 +62,10 @@ def run(
     Everything is checked before anything is written: the config, the data files, and every
     private configuration's calibration at its epsilon (`--dry-run` stops there and prints
     the plan)."""
-    from fairbench.report import write_report
     from fairbench.runner.config import expand
-    from fairbench.runner.execute import default_workers, execute, prepare_run
+    from fairbench.runner.execute import default_workers
     from fairbench.runner.preflight import preflight
+    from fairbench.workflows.experiment import run_experiment
 
     experiment, run_dir = _experiment(config, overrides or [], resume, out, device)
     if scheduler is not None and executor is not Executor.dask:
@@ -76,10 +76,6 @@ def run(
         warnings.append(message.removeprefix("warning: "))
         err_console.print(f"warning: {warnings[-1]}", soft_wrap=True, highlight=False)
 
-    def checked(specs) -> None:
-        for message in preflight(specs, experiment.seed_list).warnings:
-            warn(message)
-
     if dry_run:
         specs = expand(experiment, warn=warn)
         plan = preflight(specs, experiment.seed_list)
@@ -87,10 +83,9 @@ def run(
             warn(message)
         _print_plan(plan, specs, experiment.name, run_dir, as_json)
         return
-    specs = prepare_run(experiment, run_dir, warn=warn, preflight=checked)
-    summary = execute(specs, run_dir, workers or default_workers(), quiet or as_json,
-                      executor.value, scheduler)  # fmt: skip
-    report = write_report(run_dir)
+    outcome = run_experiment(experiment, run_dir, workers or default_workers(),
+                             quiet or as_json, executor.value, scheduler, warn)  # fmt: skip
+    summary, report = outcome.summary, outcome.report
     if as_json:
         print(json.dumps(_run_json(run_dir, summary, report, warnings), indent=1))
     else:
@@ -148,6 +143,7 @@ def _run_json(run_dir: Path, summary, report, warnings: list[str]) -> dict:
             "trials": str(report.trials_csv),
             "pareto": str(report.pareto_csv),
             "report": str(report.pareto_md),
+            "html": str(report.html),
             "constraints": str(report.constraints_csv),
             "figures": [str(f) for f in report.figures],
         },
@@ -305,7 +301,9 @@ def _print_report(report) -> None:
         err_console.print(f"warning: {warning}", soft_wrap=True)
     _print_pareto(report.pareto_csv)
     console.print(f"trials:  {report.trials_csv} ({report.n_trials} rows)", soft_wrap=True)
-    console.print(f"report:  {report.pareto_md} (also paired.md, constraints.md)", soft_wrap=True)
+    console.print(f"report:  {report.html} (one self-contained page)", soft_wrap=True)
+    console.print(f"tables:  {report.pareto_md} (also paired.md, constraints.md; .tex beside "
+                  "each)", soft_wrap=True)  # fmt: skip
     console.print(f"pareto:  {report.pareto_csv}", soft_wrap=True)
     console.print(f"per-seed satisfaction: {report.constraints_csv}", soft_wrap=True)
     for fig in report.figures:

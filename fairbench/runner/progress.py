@@ -63,4 +63,3 @@ def run_progress(specs: list[TrialSpec], run_dir: Path) -> RunProgress:
     labels = [LabelProgress(label, c["done"], c["failed"], c["pending"])
               for label, c in counts.items()]  # fmt: skip
     return RunProgress(labels, failures)
-
