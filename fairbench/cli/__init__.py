@@ -6,6 +6,7 @@ This module builds the Typer app; the commands live in one module per group (`ru
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated
 
@@ -13,7 +14,7 @@ import typer
 
 from fairbench.cli import checks, data, describe, privacy, runs, tuning
 from fairbench.cli.common import BareFlagsGroup, err_console
-from fairbench.errors import FairbenchError
+from fairbench.errors import FairbenchError, Interrupted
 
 app = typer.Typer(
     cls=BareFlagsGroup,
@@ -70,9 +71,17 @@ app.command()(checks.audit)
 
 
 def main() -> None:
-    """Entry point: user errors become one `error:` line and exit status 2."""
+    """Entry point: user errors become one `error:` line and exit status 2; an interrupted
+    run one `interrupted:` line with its resume command, and 128 + the signal number (130
+    for Ctrl-C, 143 for SIGTERM; see `errors.Interrupted`)."""
     try:
         app()
     except FairbenchError as exc:
         err_console.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
+    except Interrupted as exc:
+        err_console.print(f"interrupted: {exc}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:  # Ctrl-C outside a run's trials: nothing to resume
+        err_console.print("interrupted", highlight=False, markup=False)
+        sys.exit(128 + signal.SIGINT)

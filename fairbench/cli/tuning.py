@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from fairbench.cli.common import console, err_console
+from fairbench.errors import Interrupted
 
 figure_app = typer.Typer(help="Paper figures built from finished runs.", no_args_is_help=True)
 
@@ -31,8 +32,12 @@ def tune(
 
     spec = load_tune_config(config)
     out = out or Path("runs") / spec.name
-    table, failures = run_tune(spec, out, workers or default_workers(), quiet, charge_tuning,
-                               warn=err_console.print)  # fmt: skip
+    try:
+        table, failures = run_tune(spec, out, workers or default_workers(), quiet,
+                                   charge_tuning, warn=err_console.print)  # fmt: skip
+    except Interrupted as exc:  # tune resumes by running it again, not by `run --resume`
+        exc.resume = f"fairbench tune {config} --out {out}"
+        raise
     reached = table["selected"].notna().sum()
     console.print(f"{reached} of {len(table)} (method, target, ε) selections reached their "
                   f"target → {out / 'tuning.md'}; run configs in {out / 'selected'}")  # fmt: skip

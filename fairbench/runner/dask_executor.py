@@ -12,10 +12,12 @@ result comes back to the calling process, which alone writes the store.
 from __future__ import annotations
 
 import math
+import multiprocessing
 from collections.abc import Callable
 
 from fairbench.errors import ConfigError
 from fairbench.rundir.row import TrialRow
+from fairbench.runner import lifeline
 from fairbench.runner.trial import TrialSpec
 from fairbench.runner.worker import run_units
 
@@ -44,17 +46,34 @@ def run_on_dask(
         ) from None
 
     cluster = None
-    if scheduler is None:
+    if scheduler is None:  # its workers are ours: they end with this process (lifeline)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None)  # fmt: skip
+                               dashboard_address=None, preload=[lifeline.__name__])  # fmt: skip
     client = Client(scheduler or cluster)
+    futures = []
     try:
         n_workers = max(1, len(client.scheduler_info()["workers"]))
         futures = client.map(run_units, bundles(units, n_workers), pure=False)
         for future in as_completed(futures):
             for spec, result, error in future.result():
                 record(spec, result, error)
+    except BaseException:  # interrupted, or the store failed: abandon what is in flight
+        client.cancel(futures)  # what a shared cluster would otherwise still compute
+        if cluster is not None:
+            _kill_local_workers(cluster)
+        raise
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _kill_local_workers(cluster) -> None:
+    """Kill a local cluster's worker processes at once: closing the cluster asks each worker
+    to finish its task and kills it only after four seconds, with tracebacks in between. Its
+    nannies are told first not to restart them."""
+    for nanny in cluster.workers.values():
+        nanny.close_gracefully()
+    for process in multiprocessing.active_children():  # the workers: nothing else runs here
+        process.kill()
+        process.join()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
@@ -12,25 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
-from fairbench.errors import ConfigError
+from fairbench.errors import ConfigError, Interrupted
 from fairbench.methods import method_class
 from fairbench.methods.base import series_label
 from fairbench.rundir import CONFIG_FILE, saved_config
+from fairbench.rundir.lock import run_lock
 from fairbench.rundir.row import TrialRow
 from fairbench.rundir.store import ResultStore
 from fairbench.runner.config import ExperimentConfig, expand, parse_config
+from fairbench.runner.interrupt import Stopped, stop_on_signals
+from fairbench.runner.progress_display import trial_progress
 from fairbench.runner.stacking import work_units
 from fairbench.runner.trial import TrialSpec
 from fairbench.runner.worker import failure_message, init_worker, run_unit
+
+WORKER_GRACE_SECONDS = 1.0  # for a terminated worker to exit before it is killed
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,8 @@ def prepare_run(
     of the existing one unchanged and adds others is the same experiment, grown: the saved
     config is replaced and only the new entries' trials are left to run. `preflight` (the
     run's calibration pass, `runner.preflight`) runs after the directory checks and before
-    the first write.
+    the first write, which it makes under the directory's lock (`rundir.lock`); hold
+    `run_lock(run_dir)` around this, `execute` and the report to keep it throughout.
     """
     specs = expand(config, warn)
     resolved = resolved_config(config, specs)
@@ -102,9 +101,10 @@ def prepare_run(
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _unwritable(run_dir, run_dir.parent, exc.strerror or str(exc)) from None
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
-    tmp.replace(path)
+    with run_lock(run_dir):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
+        tmp.replace(path)
     return specs
 
 
@@ -181,9 +181,30 @@ def execute(
     scheduler: str | None = None,
 ) -> RunSummary:
     """Run every trial not yet done; each result is committed as soon as it arrives, by this
-    process alone (the single writer), whichever executor ran it: `local` (in-process, or
-    worker processes) or `dask` (a cluster at `scheduler`, else a local one)."""
+    process alone (the single writer, holding the directory's lock), whichever executor ran
+    it: `local` (in-process, or worker processes) or `dask` (a cluster at `scheduler`, else a
+    local one).
+
+    SIGINT or SIGTERM stop the run (`runner.interrupt`): no further trial is recorded,
+    in-flight ones are abandoned, every worker process is terminated, and `Interrupted` is
+    raised with the count of this grid's trials the store holds."""
     specs = sorted(specs, key=lambda s: (s.seed, s.dataset, s.method, str(s.epsilon)))
+    with run_lock(run_dir), stop_on_signals():
+        try:
+            return _run_pending(specs, run_dir, workers, quiet, executor, scheduler)
+        except (Stopped, KeyboardInterrupt) as stop:
+            signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+            store = ResultStore(run_dir)
+            try:
+                stored = len(store.done_ids() & {s.trial_id for s in specs})
+            finally:
+                store.close()
+            resume = f"fairbench run --resume {run_dir}"
+            raise Interrupted(stored, len(specs), signum, resume) from None
+
+
+def _run_pending(specs: list[TrialSpec], run_dir: Path, workers: int, quiet: bool,
+                 executor: str, scheduler: str | None) -> RunSummary:  # fmt: skip
     store = ResultStore(run_dir)
     try:
         finished = store.done_ids()
@@ -192,17 +213,7 @@ def execute(
         # stack-mates, hence its numbers, never depend on what an earlier run finished
         units = [u for u in work_units(specs) if any(s.trial_id not in finished for s in u)]
         failed: list[tuple[str, str]] = []
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            disable=quiet,
-        )
-        with progress:
-            bar = progress.add_task("trials", total=len(pending))
+        with trial_progress(len(pending), quiet) as advance:
 
             def record(spec: TrialSpec, result: TrialRow | None, error: str | None) -> None:
                 if spec.trial_id in finished:  # a stack-mate stored by an earlier run
@@ -212,7 +223,7 @@ def execute(
                 else:
                     failed.append((spec.trial_id, error))
                     store.record_failed(spec.trial_id, asdict(spec), error)
-                progress.advance(bar)
+                advance(result is None)
 
             if executor == "dask":
                 from fairbench.runner.dask_executor import run_on_dask
@@ -245,10 +256,23 @@ def _run_pool(units: list[list[TrialSpec]], workers: int, record) -> None:
                         continue
                     for spec, result, error in fut.result():
                         record(spec, result, error)
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
+        except BaseException:  # interrupted, or the store failed: abandon what is in flight
+            # killing the workers breaks the pool, which fails every pending future itself
+            # (cancelling them first makes Python 3.11's pool thread raise InvalidStateError)
+            _terminate(list(pool._processes.values()))  # no public way before Python 3.14
             raise
+
+
+def _terminate(processes: list[multiprocessing.process.BaseProcess]) -> None:
+    """End worker processes now (SIGTERM, then SIGKILL for any still there after a second),
+    so that leaving the pool's block does not wait for their trials."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(WORKER_GRACE_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def default_workers() -> int:

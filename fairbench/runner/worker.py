@@ -9,11 +9,20 @@ import torch
 
 from fairbench.errors import FairbenchError
 from fairbench.rundir.row import TrialRow
+from fairbench.runner.lifeline import die_with_parent, ignore_interrupts
 from fairbench.runner.trial import TrialSpec, run_stack, run_trial
 
 
-def init_worker() -> None:
+def single_threaded() -> None:
     torch.set_num_threads(1)  # workers are the parallelism; avoid oversubscribing cores
+
+
+def init_worker() -> None:
+    """Pool process initializer: Ctrl-C is the parent's to handle, and the process ends with
+    its parent (`runner.lifeline`)."""
+    ignore_interrupts()
+    die_with_parent()
+    single_threaded()
 
 
 def failure_message(exc: BaseException) -> str:
@@ -27,7 +36,7 @@ def run_unit(specs: list[TrialSpec]) -> list[tuple[TrialSpec, TrialRow | None, s
     called: (spec, result, None) or (spec, None, error) for each trial. A stack that fails
     is re-run one trial at a time, so that each error names its own trial and the others
     still finish."""
-    init_worker()
+    single_threaded()
     if len(specs) > 1:
         try:
             return [(s, row, None) for s, row in zip(specs, run_stack(specs), strict=True)]

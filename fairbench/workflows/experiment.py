@@ -12,6 +12,7 @@ from typing import Any
 
 from fairbench.errors import ConfigError
 from fairbench.report import Report, write_report
+from fairbench.rundir.lock import run_lock
 from fairbench.runner.config import ExperimentConfig, load_config, parse_config
 from fairbench.runner.execute import RunSummary, execute, prepare_run
 from fairbench.runner.overrides import apply_overrides
@@ -68,5 +69,6 @@ def run_experiment(
             warn(message)
 
     specs = prepare_run(experiment, run_dir, warn=warn, preflight=checked)
-    summary = execute(specs, run_dir, workers, quiet, executor, scheduler)
-    return Outcome(run_dir, summary, write_report(run_dir))
+    with run_lock(run_dir):  # one writer, until the report is written too
+        summary = execute(specs, run_dir, workers, quiet, executor, scheduler)
+        return Outcome(run_dir, summary, write_report(run_dir))

@@ -52,6 +52,7 @@ from fairbench.methods import method_class
 from fairbench.privacy import PrivacyLedger, epsilon
 from fairbench.report import write_report
 from fairbench.report.aggregate import ci95, trials_frame
+from fairbench.rundir.lock import run_lock
 from fairbench.rundir.store import finished_rows
 from fairbench.runner.config import (
     DatasetEntry,
@@ -430,9 +431,16 @@ def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: b
     """Search, select, re-run on fresh seeds, write everything under `out`. Returns the
     summary and the failed trials' messages (search and final); search draws that failed
     calibration are not failures (the summary's `infeasible` counts them)."""
-    failures = []
     search_dir = out / "search"
     specs = prepare_run(search_config(config), search_dir, warn, extend=True)
+    with run_lock(out):  # one tune per output; each run directory under it is locked too
+        return _tune(config, out, specs, workers, quiet, charge, warn)
+
+
+def _tune(config: TuneConfig, out: Path, specs: list[TrialSpec], workers: int, quiet: bool,
+          charge: bool, warn: Callable[[str], None]) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+    failures = []
+    search_dir = out / "search"
     write_tune_config(out, config)
     summary = execute(specs, search_dir, workers, quiet)
     failures += [f"search {trial}: {error.splitlines()[-1]}" for trial, error in summary.failed
