@@ -11,7 +11,8 @@ a lock whose holder is gone is simply free, and nothing ever has to clean one up
 descriptor is not inherited by the worker processes the run starts (Python opens it
 non-inheritable, and workers are spawned), so an orphaned worker cannot keep it either.
 
-The file is removed on release, so that finished run directories hold only results. A
+The file is removed on release, so that finished run directories hold only results (a
+killed holder leaves the file behind, unlocked: the next run takes it over). A
 process that opened the file just before its holder removed it could otherwise lock a file
 no longer at that path while a third one locks the new file; taking the lock therefore
 checks that the locked file is still the one at the path, and retries when it is not.
