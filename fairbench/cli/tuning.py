@@ -17,7 +17,7 @@ def tune(
     config: Annotated[str, typer.Argument(help="tune config: YAML path or bundled name")],
     out: Annotated[Path | None, typer.Option(help="output directory (default runs/NAME)")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar (for CI)")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress output")] = False,
     charge_tuning: Annotated[
         bool,
         typer.Option(
