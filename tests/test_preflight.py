@@ -127,3 +127,19 @@ def test_overrides_and_device_are_recorded_in_the_run_config(cli, tmp_path):
         "--json",
     )
     assert code == 0 and json.loads(stdout)["already_done"] == 2
+
+
+def test_a_rate_tolerance_of_one_or_more_is_named_as_never_binding():
+    data = {
+        **TINY,
+        "epsilons": [2.0],
+        "methods": [
+            {"name": "raco-dp", "knobs": [0.05, 5], "hparams": {"epochs": 1, "batch_size": 64}},
+            {"name": "dp-fermi", "knobs": [5], "hparams": {"epochs": 1, "batch_size": 64}},
+        ],
+    }
+    warnings = preflight(specs_of(data), [0]).warnings
+    assert warnings == [
+        "method raco-dp: knob gamma = 5 never binds (demographic_parity compares rates in [0, 1]), "
+        "so those trials run unconstrained; use values below 1"
+    ]

@@ -233,7 +233,7 @@ class CGOO(Method):
     )
     constraints = CONSTRAINTS
     knob = Knob("alpha", "allowed violation of the constraint g", Direction.LOOSER, low=0.0,
-                low_inclusive=False)  # fmt: skip
+                low_inclusive=False, rate_tolerance=True)  # fmt: skip
     Hparams = CGOOHparams
     hparams: CGOOHparams
 

@@ -119,7 +119,7 @@ class FairlearnEG(Method):
     )
     constraints = tuple(MOMENTS)
     knob = Knob("difference_bound", "allowed gap of each group's rate to the overall rate",
-                Direction.LOOSER, low=0.0, low_inclusive=False)  # fmt: skip
+                Direction.LOOSER, low=0.0, low_inclusive=False, rate_tolerance=True)  # fmt: skip
     Hparams = FairlearnEGHparams
     hparams: FairlearnEGHparams
 

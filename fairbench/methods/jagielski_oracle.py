@@ -298,7 +298,7 @@ class JagielskiOracle(Method):
     )
     constraints = CONSTRAINTS
     knob = Knob("gamma", "allowed gap of each group's rate to the overall rate",
-                Direction.LOOSER, low=0.0)  # fmt: skip
+                Direction.LOOSER, low=0.0, rate_tolerance=True)  # fmt: skip
     reconstructed = (
         "the authors' experiments ran a non-DP least-squares heuristic; this is the notes' "
         "DP-SGD weighted-logistic learner with a Laplace auditor"

@@ -34,6 +34,8 @@ class Knob:
     high: float | None = None
     low_inclusive: bool = True
     high_inclusive: bool = True
+    # True: the knob bounds a gap between rates (each in [0, 1]), so a value >= 1 never binds
+    rate_tolerance: bool = False
 
     @property
     def range_text(self) -> str:

@@ -328,7 +328,7 @@ class PFLD(Method):
     )
     constraints = CONSTRAINTS
     knob = Knob("alpha", "tolerance on each group-vs-population gap (0: the paper's)",
-                Direction.LOOSER, low=0.0)  # fmt: skip
+                Direction.LOOSER, low=0.0, rate_tolerance=True)  # fmt: skip
     reconstructed = (
         "final PF-LD code (DPFairModel_v2/v3) not public, paper full text unavailable: structure "
         "from the early code drop, privacy by fairbench's full-record decomposition"

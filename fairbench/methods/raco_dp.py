@@ -198,7 +198,13 @@ class SGDA(Method):
     )
     constraints = tuple(constraints.BUILDERS)
     declared_constraints = True
-    knob = Knob("gamma", "allowed disparity of each rate constraint", Direction.LOOSER, low=0.0)
+    knob = Knob(
+        "gamma",
+        "allowed disparity of each rate constraint",
+        Direction.LOOSER,
+        low=0.0,
+        rate_tolerance=True,
+    )
     Hparams = SGDAHparams
     hparams: SGDAHparams
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fairbench.errors import CalibrationError, ConfigError
-from fairbench.methods import FairnessSpec, get_method
+from fairbench.methods import FairnessSpec, get_method, method_class
 from fairbench.methods.base import TrainingHparams, resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.session import PrivacyNotion, PrivacySession, planned_releases
@@ -78,7 +78,7 @@ def preflight(specs: list[TrialSpec], seeds: list[int]) -> Preflight:
     for members in groups.values():
         spec = members[0]
         n_train = len(load_task(spec).train)
-        for message in _data_warnings(spec, n_train):
+        for message in [*_data_warnings(spec, n_train), *_knob_warnings(members)]:
             if message not in warned:
                 warned.add(message)
                 warnings.append(message)
@@ -183,6 +183,18 @@ def _data_warnings(spec: TrialSpec, n_train: int) -> list[str]:
             f"of {spec.dataset}; every step is then a full batch (sampling rate 1)"
         )
     return out
+
+
+def _knob_warnings(specs: list[TrialSpec]) -> list[str]:
+    """A tolerance on rate gaps at 1 or more never binds: the trial runs unconstrained."""
+    knob = method_class(specs[0].method).knob
+    rates = specs[0].constraint != "bounded_group_loss" and specs[0].constraint_definition is None
+    if not (knob and knob.rate_tolerance and rates):
+        return []
+    vacuous = sorted({s.knob for s in specs if s.knob is not None and s.knob >= 1})
+    return [f"method {specs[0].label}: knob {knob.name} = {v:g} never binds "
+            f"({specs[0].constraint} compares rates in [0, 1]), so those trials run "
+            "unconstrained; use values below 1" for v in vacuous]  # fmt: skip
 
 
 def _seed_warnings(seeds: list[int]) -> list[str]:
