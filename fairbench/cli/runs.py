@@ -158,6 +158,7 @@ def _print_plan(plan, specs, name: str, run_dir: Path, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"name": name, "run_dir": str(run_dir), "trials": len(specs),
                           "already_done": already.done, "estimated_seconds": plan.seconds,
+                          "unestimated_configs": plan.unestimated,
                           "warnings": plan.warnings, "configs": plan_rows(plan)},
                          indent=1))  # fmt: skip
         return
@@ -172,9 +173,11 @@ def _print_plan(plan, specs, name: str, run_dir: Path, as_json: bool) -> None:
         table.add_row(escape(c.dataset), escape(c.label), eps, escape(knobs), str(c.seeds),
                       str(c.trials), steps, describe_seconds(c.seconds))  # fmt: skip
     Console(width=max(console.width, 100)).print(table)
-    console.print(f"estimated time: {describe_seconds(plan.seconds)} in one process, from the "
-                  "bench table's CPU step times (Adult; stacking and workers shorten it)",
-                  soft_wrap=True)  # fmt: skip
+    untimed = (f", plus {plan.unestimated} configurations the bench table does not time"
+               if plan.unestimated else "")  # fmt: skip
+    console.print(f"estimated time: {describe_seconds(plan.seconds)} of training steps in one "
+                  f"process{untimed}; from the bench table's CPU step times (Adult, batch 512), "
+                  "an upper estimate: stacking and workers shorten it", soft_wrap=True)  # fmt: skip
     if already.done or already.failed:
         console.print(f"{run_dir} already holds {already.done} of them done, "
                       f"{already.failed} failed", soft_wrap=True)  # fmt: skip

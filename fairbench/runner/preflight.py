@@ -60,9 +60,14 @@ class Preflight:
     warnings: list[str]
 
     @property
-    def seconds(self) -> float | None:
-        times = [c.seconds for c in self.configs]
-        return None if any(t is None for t in times) else sum(times)  # type: ignore[misc]
+    def seconds(self) -> float:
+        """Estimated seconds of the configurations the bench table times (`unestimated`
+        counts the others)."""
+        return sum(c.seconds for c in self.configs if c.seconds is not None)
+
+    @property
+    def unestimated(self) -> int:
+        return sum(c.seconds is None for c in self.configs)
 
 
 def preflight(specs: list[TrialSpec], seeds: list[int]) -> Preflight:
