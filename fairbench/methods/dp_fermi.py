@@ -186,7 +186,11 @@ class DPFermiHparams(TrainingHparams):
     lr: float = Field(0.1, gt=0, description="descent step for theta")
     lr_w: float = Field(0.1, gt=0, description="ascent step for W")
     batch_size: int = Field(1024, ge=1)
-    epochs: float = Field(40.0, gt=0, description="used by calibrate: noise")
+    epochs: float = Field(
+        40.0,
+        gt=0,
+        description="passes over the data; read only when calibrate = noise (steps solves T)",
+    )
     clip_norm: float = Field(2.0, gt=0, description="per-sample clip of the theta-gradient")
     clip_norm_w: float = Field(2.0, gt=0, description="per-sample clip of the W-gradient")
     w_diameter: float = Field(4.0, gt=0, description="Frobenius diameter of W's ball")

@@ -280,7 +280,11 @@ class PFLDHparams(TrainingHparams):
     # 0.183 / 0.041 (dp-sgd 0.149 / 0.100), the default 5 over-constrains (0.231 / 0.014).
     lr: float = Field(1.0, gt=0, description="primal step on the gradient's data average")
     batch_size: int = Field(512, ge=1)
-    epochs: float = Field(20.0, gt=0, description="used by calibrate: noise")
+    epochs: float = Field(
+        20.0,
+        gt=0,
+        description="passes over the data; read only when calibrate = noise (steps solves T)",
+    )
     clip_norm: float = Field(
         1.0, gt=0, description="per-record clip of v_i (full) or of its group part (sensitive)"
     )

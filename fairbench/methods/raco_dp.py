@@ -157,7 +157,11 @@ class RaCODPHparams(SGDAHparams):
     # defaults work on Adult untuned; paper ranges (E.2): noise multiplier 3-6, Laplace scale
     # 2-10, learning rates 1e-4-0.1 (for its unscaled gradient), batch 256-1256, tau 1-10
     lr: float = Field(0.5, gt=0)
-    epochs: float = Field(20.0, gt=0, description="used by calibrate: noise")
+    epochs: float = Field(
+        20.0,
+        gt=0,
+        description="passes over the data; read only when calibrate = noise (steps solves T)",
+    )
     dual_rates: Literal["soft", "hard"] = "soft"
     # C = 2 Pareto-dominates C = 1 on Adult at eps = 1 (10 seeds): less clipping bias lets
     # the constraint bite (the paper's Appendix E.6 makes the same point)
