@@ -173,8 +173,9 @@ def _print_plan(plan, specs, name: str, run_dir: Path, as_json: bool) -> None:
         table.add_row(escape(c.dataset), escape(c.label), eps, escape(knobs), str(c.seeds),
                       str(c.trials), steps, describe_seconds(c.seconds))  # fmt: skip
     Console(width=max(console.width, 100)).print(table)
-    untimed = (f", plus {plan.unestimated} configurations the bench table does not time"
-               if plan.unestimated else "")  # fmt: skip
+    n = plan.unestimated
+    untimed = (f", plus {n} configuration{'s' * (n != 1)} the bench table does not time"
+               if n else "")  # fmt: skip
     console.print(f"estimated time: {describe_seconds(plan.seconds)} of training steps in one "
                   f"process{untimed}; from the bench table's CPU step times (Adult, batch 512), "
                   "an upper estimate: stacking and workers shorten it", soft_wrap=True)  # fmt: skip
