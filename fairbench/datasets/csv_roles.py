@@ -173,13 +173,16 @@ def group_codes(
 ) -> tuple[np.ndarray, tuple[str, ...], dict[str, str]]:
     """(group index per row, group names, value -> group mapping). Every value is its own
     group, named by itself, unless `names` renames it (several values may share a name) or
-    `other` merges it into "other". Groups are ordered largest first."""
+    `other` merges it into "other" (into the file's own value "Other" where it has one).
+    Groups are ordered largest first, equal sizes by name."""
     present = set(values.unique())
     for value in [*names, *other]:
         if value not in present:
             raise DataError(f"csv: {path}: sensitive column {column!r} has no value {value!r} "
                             f"(groups:/other:); {closest(value, sorted(present))}")  # fmt: skip
-    mapping = {v: "other" if v in other else names.get(v, v) for v in sorted(present)}
+    # merged values join a value already called other (any case), else a group "other"
+    merged = next((v for v in sorted(present) if v.lower() == "other" and v not in other), "other")
+    mapping = {v: merged if v in other else names.get(v, v) for v in sorted(present)}
     named = values.map(mapping)
     counts = named.value_counts()
     order = tuple(sorted(counts.index, key=lambda g: (-int(counts[g]), g)))
