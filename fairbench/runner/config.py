@@ -91,7 +91,9 @@ class ExperimentConfig(_Strict):
 
     @field_validator("datasets", mode="before")
     @classmethod
-    def _dataset_entries(cls, value: Any) -> Any:
+    def _names_as_entries(cls, value: Any) -> Any:
+        """Dataset entries: a bare name, or a `csv:` mapping (`_csv_entry`), as an entry; the
+        tune config's datasets go through this too."""
         entries = _names_as_entries(value)
         if not isinstance(entries, list):
             return entries
