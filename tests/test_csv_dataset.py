@@ -20,8 +20,9 @@ from fairbench.datasets.csv_bounds import bounded_features, bounds_template, loa
 from fairbench.errors import ConfigError, DataError
 from fairbench.rundir.store import finished_rows
 from fairbench.runner.config import expand, parse_config
+from tests.conftest import SHARED_DATA
 
-COMPAS = Path("/work/shared/datasets/compas/compas-scores-two-years.csv")
+COMPAS = (SHARED_DATA or Path("/nonexistent")) / "compas" / "compas-scores-two-years.csv"
 needs_compas = pytest.mark.skipif(not COMPAS.is_file(), reason="COMPAS file not present")
 # outcome columns of COMPAS: recorded after the fact, they give the label away
 COMPAS_OUTCOMES = ["is_recid", "is_violent_recid", "r_charge_degree", "r_days_from_arrest",
