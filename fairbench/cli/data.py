@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from fairbench.cli.common import console, key_values
+from fairbench.cli.csv_card import print_csv_card
+from fairbench.errors import ConfigError
 
 data_app = typer.Typer(help="Inspect and fetch the raw datasets.", no_args_is_help=True)
 
@@ -72,9 +75,65 @@ def data_check(
     as_json: Annotated[
         bool, typer.Option("--json", help="print one JSON object per file (dataset, path, ...)")
     ] = False,
+    csv: Annotated[
+        Path | None, typer.Option(metavar="PATH", help="check your own CSV file and print its card")
+    ] = None,
+    label: Annotated[str | None, typer.Option(metavar="COL", help="--csv: label column")] = None,
+    sensitive: Annotated[
+        str | None, typer.Option(metavar="COL", help="--csv: sensitive column (its groups)")
+    ] = None,
+    positive: Annotated[
+        str | None, typer.Option(metavar="VALUE", help="--csv: the label value that is 1")
+    ] = None,
+    numeric: Annotated[
+        list[str] | None, typer.Option(metavar="COL", help="--csv: force a column numeric")
+    ] = None,
+    categorical: Annotated[
+        list[str] | None, typer.Option(metavar="COL", help="--csv: force one categorical")
+    ] = None,
+    drop: Annotated[
+        list[str] | None, typer.Option(metavar="COL", help="--csv: leave a column out")
+    ] = None,
+    missing: Annotated[
+        str, typer.Option(metavar="drop|impute", help="--csv: rows with a missing feature")
+    ] = "drop",
+    group: Annotated[
+        list[str] | None,
+        typer.Option(metavar="VALUE=NAME", help="--csv: rename (merge) a sensitive value"),
+    ] = None,
+    other: Annotated[
+        list[str] | None, typer.Option(metavar="VALUE", help="--csv: merge a value into other")
+    ] = None,
+    bounds: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="--csv: public bounds YAML")
+    ] = None,
+    strict: Annotated[bool, typer.Option(help="--csv: a group under 30 training rows fails")] = (
+        False
+    ),
+    include_sensitive: Annotated[
+        bool, typer.Option(help="--csv: the sensitive column is also an input")
+    ] = False,
+    delimiter: Annotated[str, typer.Option(help="--csv: the field separator")] = ",",
 ) -> None:
     """Verify every known dataset under the data folder: presence, checksum, rows, features.
-    Exit 1 if a present file does not verify (missing files are reported, not failed)."""
+    Exit 1 if a present file does not verify (missing files are reported, not failed).
+
+    With --csv PATH --label COL --sensitive COL: check your own file instead (the options of
+    a config's `csv:` entry, as flags) and print its card; a problem is one error line."""
+    if csv is not None:
+        from fairbench.datasets import get_dataset
+
+        if label is None or sensitive is None:
+            raise ConfigError("--csv needs --label COL and --sensitive COL")
+        adapter = get_dataset("csv", path=str(csv), label=label, sensitive=sensitive,
+                              positive=positive, numeric=numeric or [],
+                              categorical=categorical or [], drop=drop or [], missing=missing,
+                              groups=key_values(group, "--group", "Asian=other"),
+                              other=other or [], bounds=None if bounds is None else str(bounds),
+                              strict=strict, include_sensitive=include_sensitive,
+                              delimiter=delimiter)  # fmt: skip
+        print_csv_card(adapter, as_json)
+        return
     from fairbench.catalog.datasets import file_statuses, load_status
     from fairbench.datasets import registry as datasets
     from fairbench.datasets.files import data_root
@@ -150,3 +209,31 @@ def data_fetch(
         return
     written = adapter.fetch(data_root())
     console.print(f"{dataset}: {len(written)} file(s) downloaded and verified under {data_root()}")
+
+
+@data_app.command("bounds-template")
+def bounds_template(
+    csv: Annotated[Path, typer.Argument(metavar="CSV", help="your CSV file")],
+    label: Annotated[str, typer.Option(metavar="COL", help="the label column")],
+    sensitive: Annotated[str, typer.Option(metavar="COL", help="the sensitive column")],
+    numeric: Annotated[
+        list[str] | None, typer.Option(metavar="COL", help="force a column numeric")
+    ] = None,
+    categorical: Annotated[
+        list[str] | None, typer.Option(metavar="COL", help="force one categorical")
+    ] = None,
+    drop: Annotated[
+        list[str] | None, typer.Option(metavar="COL", help="leave a column out")
+    ] = None,
+    delimiter: Annotated[str, typer.Option(help="the field separator")] = ",",
+    fill_from_data: Annotated[
+        bool, typer.Option(help="fill ranges and lists from the data (NOT private; says so)")
+    ] = False,
+) -> None:
+    """Print a public-bounds YAML to edit (`> bounds.yaml`): the feature columns with their
+    inferred roles, ranges left empty for you to fill from public knowledge."""
+    from fairbench.datasets.csv_bounds import bounds_template as template
+
+    print(template(csv.absolute(), label, sensitive, numeric=numeric or [],
+                   categorical=categorical or [], drop=drop or [], delimiter=delimiter,
+                   fill_from_data=fill_from_data), end="")  # fmt: skip

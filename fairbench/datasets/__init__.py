@@ -19,10 +19,21 @@ def registry() -> dict[str, type[Dataset]]:
 
 
 def get_dataset(name: str, **options: Any) -> Dataset:
-    """An adapter instance with validated options; one clear error for an unknown name."""
+    """An adapter instance with validated options; one clear error for an unknown name.
+
+    `csv` (a user's file, `datasets.csv_file`) is known here but not registered: every
+    registered adapter loads without options, which listings and contract checks rely on.
+    """
+    if name == "csv":
+        from fairbench.datasets.csv_file import CsvFile
+
+        return CsvFile(**options)
     known = registry()
     if name not in known:
-        raise ConfigError(f"unknown dataset {name!r}; known datasets: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"unknown dataset {name!r}; known datasets: {', '.join(sorted(known))}, or a CSV "
+            "file (`csv: PATH` with `label:` and `sensitive:`)"
+        )
     return known[name](**options)
 
 

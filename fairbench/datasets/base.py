@@ -80,6 +80,18 @@ class Dataset(ABC):
         """Download the raw files from their public source, verified before they land."""
         return fetch(self.name, self.files, root)
 
+    def resolved_options(self) -> dict[str, Any]:
+        """The options a run records for this adapter. A built-in's files are pinned by their
+        checksums, so its options as given; a user's file adds its checksum (`csv_file`), so
+        that a changed file gives new trial ids instead of resuming stale results."""
+        return self.options.model_dump()
+
+    def notices(self) -> list[str]:
+        """Warnings a run on this data starts with (`expand` prints them); none for the
+        built-ins, whose cards document their preprocessing. May raise a `FairbenchError`
+        for data a run must refuse."""
+        return []
+
     @abstractmethod
     def load(self, seed: int, root: Path | None = None) -> Task:
         """Read, preprocess and split the data; the seed fixes the split."""
@@ -224,10 +236,8 @@ def build_task(
     else:
         y = np.asarray(y, dtype=np.float64)
         strata = s
-    train, val, test = split if split is not None else stratified_split(strata, seed)
-    if preprocessing.get("n_train") is not None:
-        train, preprocessing = _subsampled(train, strata, preprocessing, seed, name,
-                                           bool(label_names))  # fmt: skip
+    (train, val, test), preprocessing = split_rows(strata, seed, preprocessing, name,
+                                                   bool(label_names), split)  # fmt: skip
     _check_groups(name, s, group_names, {"train": train, "validation": val, "test": test})
     X = _features(numeric, categorical, train)
     feature_names = (*numeric.columns, *categorical.columns)
@@ -249,6 +259,28 @@ def build_task(
     )  # fmt: skip
 
 
+def split_rows(
+    strata: np.ndarray,
+    seed: int,
+    preprocessing: Mapping[str, Any],
+    name: str,
+    classification: bool,
+    split: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], Mapping[str, Any]]:
+    """The (train, validation, test) indices `build_task` uses, and the preprocessing record
+    saying how the training rows were kept (`n_train`). An adapter that must fit its
+    preprocessing on the training rows before `build_task` (a user CSV's imputation and
+    category lists) calls this first and passes both results on: a record that already says
+    it was subsampled is not subsampled again, so both see the same rows."""
+    train, val, test = split if split is not None else stratified_split(strata, seed)
+    if preprocessing.get("n_train") is not None and (
+        "train_rows_before_subsample" not in preprocessing
+    ):
+        train, preprocessing = _subsampled(train, strata, preprocessing, seed, name,
+                                           classification)  # fmt: skip
+    return (train, val, test), preprocessing
+
+
 def _subsampled(train, strata, preprocessing, seed, name, classification: bool):
     """The kept training rows, and the preprocessing record saying how they were kept."""
     preprocessing = {
@@ -264,7 +296,9 @@ def _subsampled(train, strata, preprocessing, seed, name, classification: bool):
 def _recorded(preprocessing: Mapping[str, Any]) -> dict[str, Any]:
     return {
         **preprocessing,
-        "numeric_standardised_with": "training-split statistics (not private)",
+        "numeric_standardised_with": preprocessing.get(
+            "numeric_standardised_with", "training-split statistics (not private)"
+        ),
         "split": preprocessing.get("split", "stratified on label x group")
         + ": 25% test, 15% of the rest validation",
     }

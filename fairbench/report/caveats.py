@@ -79,9 +79,23 @@ def untargeted(trials: pd.DataFrame) -> list[str]:
     ]
 
 
+def preprocessing_not_private(trials: pd.DataFrame) -> list[str]:
+    """Datasets whose rows say their preprocessing looked at the data (a user CSV without
+    public bounds: `runner.trial.preprocessing_flag`)."""
+    flagged = trials["info"].map(lambda i: isinstance(i, dict) and i.get("preprocessing"))
+    datasets = sorted(set(trials.loc[flagged == "not private", "dataset"]))
+    return [
+        f"{dataset}: preprocessing not private: feature roles, standardisation, imputation and "
+        "category lists came from the data (training split), outside the privacy accounting; "
+        "declare public bounds (`bounds:`) to make them private."
+        for dataset in datasets
+    ]
+
+
 def caveats(trials: pd.DataFrame, merged: list[dict]) -> list[str]:
     """Every caveat of a run, most consequential first."""
     return [
+        *preprocessing_not_private(trials),
         *step_imbalance(trials),
         *calibration_bounds(trials),
         *identical_models(merged),

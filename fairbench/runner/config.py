@@ -92,20 +92,41 @@ class ExperimentConfig(_Strict):
     @field_validator("datasets", mode="before")
     @classmethod
     def _names_as_entries(cls, value: Any) -> Any:
-        return (
-            [{"name": v} if isinstance(v, str) else v for v in value]
-            if isinstance(value, list)
-            else value
-        )
+        """Dataset entries: a bare name, or a `csv:` mapping (`_csv_entry`), as an entry; the
+        tune config's datasets go through this too."""
+        entries = _names_as_entries(value)
+        if not isinstance(entries, list):
+            return entries
+        entries = [_csv_entry(v) for v in entries]
+        if sum(isinstance(e, dict) and e.get("name") == "csv" for e in entries) > 1:
+            raise ValueError("one CSV file per config: its rows are all named dataset `csv`")
+        return entries
 
     @field_validator("methods", mode="before")
     @classmethod
     def _method_names_as_entries(cls, value: Any) -> Any:
-        return cls._names_as_entries(value)
+        return _names_as_entries(value)
 
     @property
     def seed_list(self) -> list[int]:
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+def _names_as_entries(value: Any) -> Any:
+    """A bare name in a list of entries stands for `{name: NAME}`."""
+    if not isinstance(value, list):
+        return value
+    return [{"name": v} if isinstance(v, str) else v for v in value]
+
+
+def _csv_entry(value: Any) -> Any:
+    """`{csv: PATH, label: COL, ...}` is the dataset entry `{name: csv, options: {path: PATH,
+    label: COL, ...}}` (`datasets.csv_file`); `if_missing` stays the entry's own key."""
+    if not (isinstance(value, dict) and "csv" in value):
+        return value
+    options = {k: v for k, v in value.items() if k not in ("csv", "if_missing")}
+    entry = {"name": "csv", "options": {"path": value["csv"], **options}}
+    return {**entry, **({"if_missing": value["if_missing"]} if "if_missing" in value else {})}
 
 
 _TYPE_TAG = re.compile(r"^(int|float|str|bool|list\[.*\]|dict\[.*\]|[A-Z]\w*)$")
@@ -288,13 +309,19 @@ def _check_constraint(cls, constraint: str, definition: dict[str, Any] | None) -
 
 
 def _resolve_dataset(entry: DatasetEntry, warn, check_data: bool) -> tuple[str, dict[str, Any]]:
+    """(name, options) a run records: with `check_data`, the files located (or the synthetic
+    fallback), the adapter's notices warned and its file checksums pinned
+    (`Dataset.resolved_options`)."""
     adapter = get_dataset(entry.name, **entry.options)
+    if not check_data:
+        return entry.name, adapter.options.model_dump()
     try:
-        if check_data:
-            adapter.locate()
+        adapter.locate()
     except DataError as exc:
         if entry.if_missing == "error":
             raise
         warn(f"warning: {exc}; falling back to the synthetic dataset (if_missing: synthetic)")
         return "synthetic", get_dataset("synthetic").options.model_dump()
-    return entry.name, adapter.options.model_dump()
+    for message in adapter.notices():
+        warn(f"warning: {message}")
+    return entry.name, adapter.resolved_options()

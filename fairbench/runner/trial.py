@@ -282,6 +282,7 @@ def _row(spec, method, fitted, privacy, spent, checks, wall, phases, task, val, 
         info={
             **{k: (float(v) if isinstance(v, np.floating) else v) for k, v in fitted.info.items()},
             **({"noise_sampler": NOISE_SAMPLERS[spec.secure_noise]} if privacy else {}),
+            **preprocessing_flag(task),
             "phase_seconds": phases,
         },
         ledger=fitted.ledger.to_json(),
@@ -289,3 +290,13 @@ def _row(spec, method, fitted, privacy, spent, checks, wall, phases, task, val, 
         val=val,
         test=test,
     )
+
+
+def preprocessing_flag(task: Task) -> dict[str, str]:
+    """`{"preprocessing": "private" | "not private"}` for a task whose provenance says (a
+    user CSV: public bounds or training-split statistics), so that every row and report
+    shows it; nothing for the built-ins, whose cards document their preprocessing."""
+    private = task.provenance.preprocessing.get("preprocessing_private")
+    if private is None:
+        return {}
+    return {"preprocessing": "private (public bounds)" if private else "not private"}
