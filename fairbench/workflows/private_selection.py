@@ -57,6 +57,7 @@ from fairbench.privacy.selection import (
     repeat_and_select,
     selection_epsilon,
 )
+from fairbench.privacy.session import PrivacyContractError
 from fairbench.report import write_report
 from fairbench.report.aggregate import ci95
 from fairbench.rundir.lock import run_lock
@@ -248,8 +249,8 @@ def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.Da
     (out / "private").mkdir(parents=True, exist_ok=True)
     (out / "private" / "selections.json").write_text(json.dumps(records, indent=1))
     table = pd.DataFrame(summary)
-    (out / "tuning.json").write_text(json.dumps(json.loads(table.to_json(orient="records")),
-                                                indent=1))  # fmt: skip
+    records_json = table.to_json(orient="records", double_precision=15)  # NaN as null
+    (out / "tuning.json").write_text(json.dumps(json.loads(records_json), indent=1))
     (out / "tuning.md").write_text(private_markdown(table, config))
     return table, failures
 
@@ -267,6 +268,7 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             row = rows.get((dataset, f"{label}#{i}", candidate_seed(repeat, i)))
             if row is None:
                 break
+            _check_ledger(row, budget, config.delta)
             rng = numpy_stream(row["seed"], SCORE_STREAM)
             noisy = noisy_cells(
                 np.asarray(row["info"]["val_outcome_cells"]), budget.score_scale, rng
@@ -293,6 +295,19 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
             "delta": config.delta, "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
             "candidate_ledger": budget.ledger.to_json(), "repeats": repeats}  # fmt: skip
+
+
+def _check_ledger(row: dict, budget: MethodBudget, delta: float) -> None:
+    """A candidate's recorded training ledger is the mechanism the selection was accounted
+    for (its RDP epsilon equals the calibrated plan's), or the stated total would be wrong."""
+    recorded = rdp_form(PrivacyLedger.from_json(row["ledger"]).event)[0]
+    planned = rdp_form(PrivacyLedger(budget.ledger.entries[:-1]).event)[0]
+    got, want = selection_epsilon(recorded, delta), selection_epsilon(planned, delta)
+    if not math.isclose(got, want, rel_tol=1e-9):
+        raise PrivacyContractError(
+            f"candidate {row['label']} (seed {row['seed']}) recorded a training ledger of RDP "
+            f"epsilon {got:.6g}, not the {want:.6g} its selection was accounted for"
+        )
 
 
 def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> list[dict]:
