@@ -117,7 +117,11 @@ def test_a_method_joins_a_finished_tune_without_redoing_the_others(tmp_path):
 
     small = {**BASE, "budget": 1, "methods": BASE["methods"][:1]}
     out = tmp_path / "tune"
-    run_tune(TuneConfig.model_validate(small), out, 1, True, False, warn=lambda _: None)
+    table, _ = run_tune(TuneConfig.model_validate(small), out, 1, True, False, lambda _: None)
+    # free selection is labelled in every output
+    assert set(table["tuning"]) == {"tuning not charged"} and set(table["selection"]) == {"free"}
+    tuning_md = (out / "tuning.md").read_text()
+    assert tuning_md.count("tuning not charged") == 1 + len(table)  # the intro, every section
     first = finished_at(out / "search")
     grown = {**small, "methods": [*small["methods"], {"name": "erm", "unconstrained": True,
                                                        "hparams": {"epochs": 1}}]}  # fmt: skip

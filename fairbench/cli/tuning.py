@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fairbench.cli.common import console, err_console
-from fairbench.errors import Interrupted
+from fairbench.errors import ConfigError, Interrupted
 
 figure_app = typer.Typer(help="Paper figures built from finished runs.", no_args_is_help=True)
 
@@ -26,21 +26,46 @@ def tune(
     ] = False,
 ) -> None:
     """Equal-budget random search per method, selection on validation, the selected
-    configurations re-run on fresh seeds; writes selected/*.yaml (run configs) and tuning.md."""
+    configurations re-run on fresh seeds; writes selected/*.yaml (run configs) and tuning.md.
+    With `selection: private` in the config, tuning is paid for out of epsilon instead
+    (private selection; tuning.md, tuning.json and private/selections.json)."""
     from fairbench.runner.execute import default_workers
-    from fairbench.workflows.tune import load_tune_config, run_tune
+    from fairbench.workflows.private_selection import run_private
+    from fairbench.workflows.tune import (
+        CHARGED_BY_COMPOSITION,
+        NOT_CHARGED,
+        load_tune_config,
+        run_tune,
+    )
 
     spec = load_tune_config(config)
     out = out or Path("runs") / spec.name
+    private = spec.selection == "private"
+    if private and charge_tuning:
+        raise ConfigError(
+            "--charge-tuning bounds the cost of free selection; selection: private already "
+            "pays for tuning: drop the flag"
+        )
     try:
-        table, failures = run_tune(spec, out, workers or default_workers(), quiet,
-                                   charge_tuning, warn=err_console.print)  # fmt: skip
+        if private:
+            table, failures = run_private(spec, out, workers or default_workers(), quiet,
+                                          warn=err_console.print)  # fmt: skip
+        else:
+            table, failures = run_tune(spec, out, workers or default_workers(), quiet,
+                                       charge_tuning, warn=err_console.print)  # fmt: skip
     except Interrupted as exc:  # tune resumes by running it again, not by `run --resume`
         exc.resume = f"fairbench tune {config} --out {out}"
         raise
     reached = table["selected"].notna().sum()
-    console.print(f"{reached} of {len(table)} (method, target, ε) selections reached their "
-                  f"target → {out / 'tuning.md'}; run configs in {out / 'selected'}")  # fmt: skip
+    if private:
+        console.print(f"{reached} of {len(table)} (method, target, ε) private selections released "
+                      f"a model → {out / 'tuning.md'}; per repeat in "
+                      f"{out / 'private' / 'selections.json'}")  # fmt: skip
+    else:
+        console.print(f"{reached} of {len(table)} (method, target, ε) selections reached their "
+                      f"target ({CHARGED_BY_COMPOSITION if charge_tuning else NOT_CHARGED}) → "
+                      f"{out / 'tuning.md'}; run configs in "
+                      f"{out / 'selected'}")  # fmt: skip
     infeasible = int(table.drop_duplicates(["dataset", "epsilon", "method"])["infeasible"].sum())
     if infeasible:
         console.print(f"{infeasible} drawn configurations could not be calibrated at their ε "

@@ -24,6 +24,9 @@ from fairbench.runner.stamp import stamp
 from fairbench.task import Split, Task
 
 NOISE_SAMPLERS = {False: "float64, seeded", True: "exact discrete (OpenDP), OS entropy"}
+# a dataset option the runner reads itself: the seed of the split when it is not the trial's
+# (private selection's candidates share one split and draw independent noise)
+SPLIT_SEED = "split_seed"
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,12 @@ def _load(dataset: str, options_json: str, seed: int) -> Task:
 
 
 def load_task(spec: TrialSpec) -> Task:
-    """The trial's task, cached per process: trials sharing a seed share its split."""
-    return _load(spec.dataset, json.dumps(spec.dataset_options, sort_keys=True), spec.seed)
+    """The trial's task, cached per process: trials sharing a seed share its split. A
+    `split_seed` among the dataset options fixes the split instead of the trial's seed, which
+    then seeds only the trial's own streams (init, sampling, noise)."""
+    options = dict(spec.dataset_options)
+    split_seed = options.pop(SPLIT_SEED, spec.seed)
+    return _load(spec.dataset, json.dumps(options, sort_keys=True), split_seed)
 
 
 def evaluate(
@@ -147,6 +154,19 @@ def decisions(fitted: Fitted, split: Split):
     weight = None if fitted.weights is None else np.repeat(fitted.weights, len(split))
     return (np.tile(split.y, copies), np.tile(split.s, copies), proba.argmax(axis=2).reshape(-1),
             proba.reshape(-1, proba.shape[2]), weight)  # fmt: skip
+
+
+def outcome_cells(fitted: Fitted, split: Split, task: Task) -> list:
+    """Counts of a split's records by (group, label, prediction), nested lists. A randomized
+    or derived predictor's record is spread over its outputs with weights summing to 1, so
+    adding or removing one record moves the table by exactly 1 in l1 norm: the sensitivity
+    private selection's noisy validation score is calibrated to."""
+    y, s, pred, _, w = decisions(fitted, split)
+    if w is None:  # a uniform mixture repeats each record once per component
+        w = np.full(len(y), len(split) / len(y))
+    cells = np.zeros((task.n_groups, task.n_classes, task.n_classes))
+    np.add.at(cells, (s, y, pred), w)
+    return cells.tolist()
 
 
 def evaluate_group_loss(
@@ -239,6 +259,8 @@ def _evaluated(spec, method, fitted, trial, privacy, shared: dict[str, float]) -
         builtin = spec.constraint_definition is None
         val = evaluate(fitted, task.val, task, rate_set, builtin)
         test = evaluate(fitted, task.test, task, rate_set, builtin)
+    if task.kind != "regression":
+        fitted.info["val_outcome_cells"] = outcome_cells(fitted, task.val, task)
     phases = {**shared, "accounting": accounted - start,
               "evaluation": time.perf_counter() - accounted}  # fmt: skip
     wall = shared["fit"] + phases["accounting"]

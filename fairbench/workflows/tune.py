@@ -25,7 +25,9 @@ Laplace scale too small for epsilon 0.1, say) fails with a `CalibrationError` at
 That is an outcome of the method's search space, not a broken run: the draw still counts
 against the method's budget, the table reports it (`infeasible`), and tune does not fail.
 
-Privacy of tuning. By default it is not charged, as in the papers, and every table says so.
+Privacy of tuning. By default (`selection: free`) it is not charged, as in the papers, and
+every output says so ("tuning not charged"). `selection: private` pays for it out of the
+stated epsilon by private selection (fairbench.workflows.private_selection). Under free,
 `charge_tuning` reports, per selection, the epsilon of the whole procedure under the stated
 bound: the validation split is treated as public (selection is then post-processing of the
 search fits), so tuning plus one final model costs the PLD composition of every search fit of
@@ -39,7 +41,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -50,6 +52,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fairbench.errors import CalibrationError, ConfigError
 from fairbench.methods import method_class
 from fairbench.privacy import PrivacyLedger, epsilon
+from fairbench.privacy.selection import CountLaw
 from fairbench.report import write_report
 from fairbench.report.aggregate import ci95, trials_frame
 from fairbench.rundir.lock import run_lock
@@ -65,6 +68,9 @@ from fairbench.runner.execute import execute, prepare_run
 from fairbench.runner.trial import TrialSpec
 
 KNOB = "knob"
+NOT_CHARGED = "tuning not charged"
+SCORE_SHARE = 0.5  # default share of a private candidate's budget spent on its noisy score
+CHARGED_BY_COMPOSITION = "tuning charged by composition (validation treated as public)"
 
 
 class MethodSpace(_Strict):
@@ -117,6 +123,10 @@ class TuneConfig(_Strict):
     final_seeds: list[int] = Field(min_length=10)
     seed: int = 0  # of the random search
     methods: list[MethodSpace] = Field(min_length=1)
+    # free: validation public, tuning not charged; private: see workflows.private_selection
+    selection: Literal["free", "private"] = "free"
+    count: CountLaw | None = None  # the law of the number of candidates, for private
+    score_share: float = Field(SCORE_SHARE, gt=0, lt=1)  # of a candidate's budget, for its score
 
     @field_validator("datasets", mode="before")
     @classmethod
@@ -132,6 +142,17 @@ class TuneConfig(_Strict):
         labels = [m.label or m.name for m in self.methods]
         if len(set(labels)) != len(labels):
             raise ValueError("two methods share a label; give each its own `label`")
+        if self.selection == "private":
+            if self.count is None:
+                raise ValueError("selection: private needs `count`, e.g. {law: poisson, mean: 10}")
+            public = [m.name for m in self.methods if not method_class(m.name).private]
+            if public:
+                raise ValueError(
+                    f"selection: private pays for tuning out of epsilon; method {public[0]} is "
+                    "not private: drop it or use selection: free"
+                )
+        elif self.count is not None or self.score_share != SCORE_SHARE:
+            raise ValueError("count and score_share apply to selection: private only")
         return self
 
 
@@ -178,15 +199,18 @@ def _check_knob_space(path: Path, entry: MethodSpace) -> None:
             raise ConfigError(f"{path}: space.knob: {exc}") from None
 
 
-def sample_configurations(config: TuneConfig) -> dict[str, list[dict[str, Any]]]:
-    """label -> `budget` configurations (hparams with the knob under `knob`), drawn by one
-    seeded generator per method, so adding a method never changes another's draws."""
+def sample_configurations(
+    config: TuneConfig, count: int | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """label -> the first `count` (default `budget`) configurations (hparams with the knob
+    under `knob`), drawn by one seeded generator per method, so adding a method never changes
+    another's draws, and a longer draw starts with the shorter one."""
     out = {}
     for index, entry in enumerate(config.methods):
         rng = np.random.default_rng([config.seed, index])
         out[entry.label or entry.name] = [
             {name: _draw(dist, rng) for name, dist in sorted(entry.space.items())}
-            for _ in range(config.budget)
+            for _ in range(config.budget if count is None else count)
         ]
     return out
 
@@ -203,9 +227,12 @@ def _draw(dist: Any, rng: np.random.Generator) -> Any:
     return round(value, 6)
 
 
-def search_config(config: TuneConfig) -> ExperimentConfig:
-    """The search as one run: an entry per (method, configuration), labelled `label#i`."""
-    draws = sample_configurations(config)
+def search_config(
+    config: TuneConfig, draws: dict[str, list[dict[str, Any]]] | None = None
+) -> ExperimentConfig:
+    """The search as one run: an entry per (method, configuration), labelled `label#i`
+    (`draws`: the configurations, default `sample_configurations(config)`)."""
+    draws = draws if draws is not None else sample_configurations(config)
     methods = []
     for entry in config.methods:
         label = entry.label or entry.name
@@ -337,6 +364,8 @@ def summarise(
     for column in ("final_seeds", "test_error", "test_error_ci95", "test_violation",
                    "test_violation_ci95", "tuning_epsilon"):  # fmt: skip
         out[column] = math.nan
+    out["selection"] = "free"
+    out["tuning"] = CHARGED_BY_COMPOSITION if charge else NOT_CHARGED
     for i, row in out.iterrows():
         if pd.isna(row["selected"]):
             continue
@@ -385,8 +414,9 @@ def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> 
             "Tuning epsilon: PLD composition of every search fit and one final fit, with the "
             "validation split treated as public (the bound stated in fairbench.workflows.tune)."
             if charge
-            else "The privacy cost of tuning is not charged (as in the papers): the ε of each "
-            "final model covers its own training only. `--charge-tuning` reports a bound."
+            else f"Selection: free, {NOT_CHARGED} (as in the papers): the ε of each final "
+            "model covers its own training only. `--charge-tuning` reports a bound; "
+            "`selection: private` pays for tuning out of ε."
         ),
     ]
     for (dataset, eps, target), group in summary.groupby(["dataset", "epsilon", "target"]):
@@ -394,7 +424,8 @@ def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> 
                    "val violation", "test error", "test violation"]  # fmt: skip
         header = "| " + " | ".join(columns + (["tuning ε"] if charge else [])) + " |"
         rule = "|---|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if charge else "")
-        title = f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}"
+        title = (f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}"
+                 + ("" if charge else f" · {NOT_CHARGED}"))  # fmt: skip
         lines += ["", title, "", header, rule]
         for r in group.itertuples(index=False):
             counts = f"{r.feasible} / {r.candidates}"

@@ -1,0 +1,385 @@
+"""`selection: private` for `fairbench tune`: tuning paid for out of the stated epsilon.
+
+Under `selection: free` (the papers' convention) the validation split is treated as public
+and the privacy spent on tuning is not charged. Here the whole procedure is one
+(epsilon, delta)-DP release per (dataset, epsilon, method, target), by Papernot and Steinke's
+private selection (`fairbench.privacy.selection`):
+
+1. Repeats. Each of the config's `final_seeds` is one repeat of the whole procedure: it fixes
+   the data split (the split seed), so the released models' test errors over the repeats give
+   the mean and its 95% CI. `search_seeds` are not used.
+2. Count. Per (method, repeat) the number of candidates K is drawn from the config's `count`
+   law on a seeded stream of its own, independently of the data (recorded).
+3. Candidates are the method's search-space draws in order (draw i for i < K; the same
+   sampling as the free search). Candidate i trains at the calibrated training epsilon on the
+   repeat's split with its own seed, so candidates draw independent noise, then gets a noisy
+   validation score: the validation split is private data too. See `noisy_cells`.
+4. Release: per target, the candidate with the lowest noisy validation error among those whose
+   noisy validation violation is within the target (`tune.choose`; noisy error alone for an
+   `unconstrained` method). Its test error is the repeat's result; no candidate within the
+   target, or K = 0, releases nothing.
+5. Budget. One candidate (training plus score) is one mechanism Q; the selection is
+   `RepeatAndSelectDpEvent(Q, mean, shape)`, accounted by dp-accounting's RDP accountant (the
+   PLD accountant cannot represent it). A candidate's budget b is split: training is calibrated
+   by the method itself to (1 - score_share) b, the score's Laplace noise has scale
+   1 / (score_share b); b is the largest (by bisection) whose total meets the target epsilon.
+
+The bound needs every candidate of a method to run the same accounted mechanism, so a space
+that changes it (batch size, epochs) is refused before anything runs; search such knobs with
+`selection: free`, or fix them in `hparams`. Candidates of several targets are shared to save
+compute: each target's release is (epsilon, delta)-DP on its own, releasing several targets'
+models together is not covered by the stated total.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from dp_accounting import dp_event
+
+from fairbench.errors import CalibrationError, ConfigError
+from fairbench.metrics import VIOLATIONS, error_rate
+from fairbench.privacy import PrivacyLedger
+from fairbench.privacy.selection import (
+    ACCOUNTANT,
+    PLD_NOTE,
+    RELAXED_NOTE,
+    calibrate_candidate,
+    rdp_form,
+    repeat_and_select,
+    selection_epsilon,
+)
+from fairbench.privacy.session import PrivacyContractError
+from fairbench.report import write_report
+from fairbench.report.aggregate import ci95
+from fairbench.rundir.lock import run_lock
+from fairbench.rundir.store import finished_rows
+from fairbench.runner.config import expand
+from fairbench.runner.execute import execute
+from fairbench.runner.preflight import capture_plan
+from fairbench.runner.trial import SPLIT_SEED, TrialSpec
+from fairbench.streams import numpy_stream
+from fairbench.workflows.tune import (
+    TuneConfig,
+    choose,
+    sample_configurations,
+    search_config,
+    write_tune_config,
+)
+
+SCORE_LABEL = "private selection: noisy validation counts"
+SCORE_STREAM = "noise/validation score"
+CHARGED = "tuning charged: private selection (RDP accountant)"
+CANDIDATE_COLUMNS = ["label", "hparams", "knob", "val_error", "val_violation", "test_error",
+                     "test_violation"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MethodBudget:
+    """One (dataset, epsilon, method)'s calibrated private selection."""
+
+    candidate_epsilon: float  # b: the per-candidate budget the bisection solved for
+    training_epsilon: float  # (1 - score_share) b, met by the method's own calibration
+    score_scale: float  # Laplace scale of each validation count, 1 / (score_share b)
+    total_epsilon: float  # the selection's epsilon at delta, RDP accountant
+    relaxed: int  # sampled releases accounted without amplification (`rdp_form`)
+    ledger: PrivacyLedger  # one candidate's: its training plan and its score
+
+    def notes(self) -> str:
+        parts = [PLD_NOTE]
+        if self.relaxed:
+            parts.append(RELAXED_NOTE.format(n=self.relaxed))
+        return "; ".join(parts)
+
+
+def candidate_seed(repeat: int, index: int) -> int:
+    """Candidate `index` of repeat `repeat`: a trial seed of its own (its noise, init and
+    batches), distinct from every other candidate's of the repeat."""
+    return int(np.random.SeedSequence([repeat, index]).generate_state(1)[0])
+
+
+def draw_counts(config: TuneConfig) -> dict[str, list[int]]:
+    """Method label -> K per repeat (in `final_seeds` order), each from its own stream."""
+    assert config.count is not None
+    out = {}
+    for index, entry in enumerate(config.methods):
+        label = entry.label or entry.name
+        streams = [numpy_stream(config.seed, f"selection count/{index}/{repeat}")
+                   for repeat in config.final_seeds]  # fmt: skip
+        out[label] = [config.count.sample(rng) for rng in streams]
+    return out
+
+
+def noisy_cells(cells: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """The validation table of counts by (group, label, prediction) plus independent
+    Laplace(scale) noise per cell. Sensitivity: one record adds 1 to one cell (a randomized
+    predictor's record adds weights summing to 1), so under add/remove neighbours the table
+    moves by 1 in l1 norm and the release is (1 / scale)-DP: `LaplaceDpEvent(scale)`."""
+    return cells + rng.laplace(0.0, scale, size=cells.shape)
+
+
+def score(cells: np.ndarray, constraint: str) -> tuple[float, float]:
+    """(error, violation) of a table of counts by (group, label, prediction), noisy or not:
+    post-processing, by the suite's own metrics on the table's cells as weighted records.
+    Negative noisy counts are clipped to 0; a group whose counts vanish makes the violation
+    NaN (never within a target)."""
+    cells = np.clip(cells, 0.0, None)
+    groups, labels, preds = np.indices(cells.shape).reshape(3, -1)
+    weight = cells.reshape(-1)
+    if weight.sum() <= 0:
+        return math.nan, math.nan
+    error = error_rate(labels, preds, weight)
+    if (cells.sum(axis=(1, 2)) <= 0).any():
+        return error, math.nan
+    return error, float(VIOLATIONS[constraint](labels, preds, groups, weight))
+
+
+def _templates(config: TuneConfig, draws: dict[str, list[dict]]) -> dict[tuple, TrialSpec]:
+    """(dataset, epsilon, candidate label `method#i`) -> its trial spec as the free search
+    would run it on the first repeat's seed (hyper-parameters, knob, dataset options)."""
+    one_seed = config.model_copy(update={"search_seeds": [config.final_seeds[0]]})
+    specs = expand(search_config(one_seed, draws), lambda _: None)
+    return {(s.dataset, float(s.epsilon), s.label): s for s in specs}
+
+
+def _candidate_event(plan: PrivacyLedger, scale: float) -> tuple[dp_event.DpEvent, int]:
+    training, relaxed = rdp_form(plan.event)
+    return dp_event.ComposedDpEvent([training, dp_event.LaplaceDpEvent(scale)]), relaxed
+
+
+def calibrate(config: TuneConfig, spec: TrialSpec, others: list[TrialSpec]) -> MethodBudget:
+    """Solve one method's per-candidate budget on `spec` (its first candidate) for the
+    config's target epsilon (`spec.epsilon`), then check every candidate in `others` runs the
+    same accounted mechanism at it."""
+    assert config.count is not None and spec.epsilon is not None
+    share = config.score_share
+
+    def candidate(budget: float) -> dp_event.DpEvent:
+        plan = capture_plan(spec, (1 - share) * budget)
+        return _candidate_event(plan, 1 / (share * budget))[0]
+
+    budget, total = calibrate_candidate(spec.epsilon, config.delta, config.count, candidate)
+    training, scale = (1 - share) * budget, 1 / (share * budget)
+    plan = capture_plan(spec, training)
+    for other in others:
+        if capture_plan(other, training).to_json() != plan.to_json():
+            raise ConfigError(
+                f"selection: private: candidates {spec.label} and {other.label} of "
+                f"{spec.dataset} run different accounted mechanisms ({_differing(spec, other)} "
+                "differ); private selection repeats one mechanism: move what changes it "
+                "(batch_size, epochs) from space to hparams, or use selection: free"
+            )
+    ledger = PrivacyLedger([*plan.entries])
+    ledger.record(SCORE_LABEL, dp_event.LaplaceDpEvent(scale))
+    relaxed = _candidate_event(plan, scale)[1]
+    return MethodBudget(budget, training, scale, total, relaxed, ledger)
+
+
+def _differing(first: TrialSpec, second: TrialSpec) -> str:
+    keys = sorted(k for k in set(first.hparams) | set(second.hparams)
+                  if first.hparams.get(k) != second.hparams.get(k))  # fmt: skip
+    return ", ".join(keys) or "their knobs"
+
+
+def total_epsilon(ledger: PrivacyLedger, config: TuneConfig) -> float:
+    """The selection's epsilon from a candidate's ledger and the count law (what
+    `MethodBudget.total_epsilon` records; tests recompute it independently)."""
+    assert config.count is not None
+    candidate = rdp_form(ledger.event)[0]
+    return selection_epsilon(repeat_and_select(candidate, config.count), config.delta)
+
+
+def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
+                warn: Callable[[str], None] = print) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+    """Calibrate every (dataset, epsilon, method) first (nothing is written when one fails),
+    then train the candidates (OUT/private/<dataset>-eps<e>, resumable runs), select, and write
+    tune.yaml, private/selections.json (per method: law, K per repeat, budgets, the
+    candidate's ledger; per repeat and target: every candidate's noisy score and the
+    release), tuning.json and tuning.md. Returns the summary and the failed trials."""
+    counts = draw_counts(config)
+    draws = sample_configurations(config, max(max(k) for k in counts.values()))
+    templates = _templates(config, draws)
+    budgets: dict[tuple[str, float, str], MethodBudget] = {}
+    for dataset, eps, label in sorted({(d, e, lab.rsplit("#", 1)[0]) for d, e, lab in templates}):
+        needed = max(max(counts[label]), 1)
+        specs = [templates[(dataset, eps, f"{label}#{i}")] for i in range(needed)]
+        try:
+            budgets[(dataset, eps, label)] = calibrate(config, specs[0], specs[1:])
+        except CalibrationError as exc:
+            raise CalibrationError(
+                f"method {label} on {dataset} at epsilon {eps:g}: {exc}"
+            ) from None
+    with run_lock(out):
+        write_tune_config(out, config)
+        return _run(config, out, counts, templates, budgets, workers, quiet)
+
+
+def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.DataFrame, list[str]]:
+    failures: list[str] = []
+    runs: dict[tuple[str, float], list[TrialSpec]] = {}
+    for (dataset, eps, label), budget in budgets.items():
+        for repeat, k in zip(config.final_seeds, counts[label], strict=True):
+            for i in range(k):
+                spec = templates[(dataset, eps, f"{label}#{i}")]
+                runs.setdefault((dataset, eps), []).append(replace(
+                    spec, epsilon=budget.training_epsilon, seed=candidate_seed(repeat, i),
+                    dataset_options={**spec.dataset_options, SPLIT_SEED: repeat}))  # fmt: skip
+    rows: dict[tuple[str, str, int], dict] = {}
+    for (dataset, eps), specs in sorted(runs.items()):
+        run_dir = out / "private" / f"{dataset}-eps{eps:g}"
+        done = execute(specs, run_dir, workers, quiet)
+        failures += [f"candidate {trial}: {error.splitlines()[-1]}" for trial, error in done.failed]
+        if done.done + done.skipped > 0:
+            write_report(run_dir)
+            rows.update({(r["dataset"], r["label"], r["seed"]): r
+                         for r in finished_rows(run_dir, "select from")})  # fmt: skip
+    records, summary = [], []
+    for (dataset, eps, label), budget in sorted(budgets.items()):
+        record = _select(config, dataset, eps, label, budget, counts[label], rows)
+        records.append(record)
+        summary += _summary_rows(config, record, budget)
+    (out / "private").mkdir(parents=True, exist_ok=True)
+    (out / "private" / "selections.json").write_text(json.dumps(records, indent=1))
+    table = pd.DataFrame(summary)
+    records_json = table.to_json(orient="records", double_precision=15)  # NaN as null
+    (out / "tuning.json").write_text(json.dumps(json.loads(records_json), indent=1))
+    (out / "tuning.md").write_text(private_markdown(table, config))
+    return table, failures
+
+
+def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: MethodBudget,
+            counts: list[int], rows: dict) -> dict[str, Any]:  # fmt: skip
+    """Score every candidate of every repeat (noise from the candidate's own stream) and
+    release, per target, the best by the one rule; a repeat with a missing candidate (its
+    trial failed) releases nothing."""
+    free = {m.label or m.name for m in config.methods if m.unconstrained}
+    repeats = []
+    for repeat, k in zip(config.final_seeds, counts, strict=True):
+        candidates = []
+        for i in range(k):
+            row = rows.get((dataset, f"{label}#{i}", candidate_seed(repeat, i)))
+            if row is None:
+                break
+            _check_ledger(row, budget, config.delta)
+            rng = numpy_stream(row["seed"], SCORE_STREAM)
+            noisy = noisy_cells(
+                np.asarray(row["info"]["val_outcome_cells"]), budget.score_scale, rng
+            )
+            error, violation = score(noisy, config.constraint)
+            candidates.append({"label": row["label"], "hparams": row["hparams"],
+                               "knob": row["knob"], "val_error": error, "val_violation": violation,
+                               "test_error": row["test_error"],
+                               "test_violation": row["test_violation"]})  # fmt: skip
+        complete = len(candidates) == k
+        releases = {}
+        for target in config.targets:
+            frame = pd.DataFrame(candidates, columns=["label", "val_error", "val_violation"])
+            frame["val_violation"] = frame["val_violation"].fillna(math.inf)
+            best = choose(frame, None if label in free else target) if complete else None
+            releases[f"{target:g}"] = None if best is None else int(best.name)
+        repeats.append({"repeat": repeat, "count": k, "complete": complete,
+                        "candidates": candidates, "released": releases})  # fmt: skip
+    return {"dataset": dataset, "epsilon": eps, "method": label,
+            "count_law": config.count.model_dump(), "count_mean": config.count.expected,
+            "count_shape": config.count.shape, "score_share": config.score_share,
+            "candidate_epsilon": budget.candidate_epsilon,
+            "training_epsilon": budget.training_epsilon,
+            "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
+            "delta": config.delta, "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
+            "candidate_ledger": budget.ledger.to_json(), "repeats": repeats}  # fmt: skip
+
+
+def _check_ledger(row: dict, budget: MethodBudget, delta: float) -> None:
+    """A candidate's recorded training ledger is the mechanism the selection was accounted
+    for (its RDP epsilon equals the calibrated plan's), or the stated total would be wrong."""
+    recorded = rdp_form(PrivacyLedger.from_json(row["ledger"]).event)[0]
+    planned = rdp_form(PrivacyLedger(budget.ledger.entries[:-1]).event)[0]
+    got, want = selection_epsilon(recorded, delta), selection_epsilon(planned, delta)
+    if not math.isclose(got, want, rel_tol=1e-9):
+        raise PrivacyContractError(
+            f"candidate {row['label']} (seed {row['seed']}) recorded a training ledger of RDP "
+            f"epsilon {got:.6g}, not the {want:.6g} its selection was accounted for"
+        )
+
+
+def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> list[dict]:
+    """One tuning.json row per target: the released models' test error and violation over
+    the repeats (mean ± 95% CI), the most often released candidate, and the selection's
+    budget."""
+    out = []
+    for target in config.targets:
+        released = [r["candidates"][r["released"][f"{target:g}"]] for r in record["repeats"]
+                    if r["released"][f"{target:g}"] is not None]  # fmt: skip
+        frame = pd.DataFrame(released, columns=CANDIDATE_COLUMNS)
+        top = Counter(frame["label"]).most_common(1)
+        chosen = frame[frame["label"] == top[0][0]].iloc[0] if top else None
+        counts = [r["count"] for r in record["repeats"]]
+        out.append({
+            "dataset": record["dataset"], "constraint": config.constraint,
+            "epsilon": record["epsilon"], "target": target, "method": record["method"],
+            "candidates": float(np.mean(counts)), "feasible": len(frame), "infeasible": 0,
+            "selected": None if chosen is None else chosen["label"],
+            "hparams": None if chosen is None else chosen["hparams"],
+            "knob": None if chosen is None else chosen["knob"],
+            "val_error": frame["val_error"].mean(), "val_violation": frame["val_violation"].mean(),
+            "final_seeds": len(frame),
+            "test_error": frame["test_error"].mean(), "test_error_ci95": ci95(frame["test_error"]),
+            "test_violation": frame["test_violation"].mean(),
+            "test_violation_ci95": ci95(frame["test_violation"]),
+            "satisfied_fraction": float((frame["test_violation"] <= target).mean())
+            if len(frame) else math.nan,
+            "tuning_epsilon": budget.total_epsilon,
+            "selection": "private", "tuning": CHARGED, "count_law": record["count_law"],
+            "candidates_drawn": counts, "candidate_epsilon": budget.candidate_epsilon,
+            "training_epsilon": budget.training_epsilon,
+            "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
+            "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
+        })  # fmt: skip
+    return out
+
+
+def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
+    assert config.count is not None
+    law = ", ".join(f"{k} {v}" for k, v in config.count.model_dump().items())
+    lines = [
+        f"# {config.name}: tuning paid for (private selection)",
+        "",
+        f"Private selection (Papernot and Steinke 2022): per method and repeat, K candidates "
+        f"with K drawn from {law} (mean {config.count.expected:.3g}); candidates are the "
+        "method's search-space draws in order, each trained at the training ε below and scored "
+        "on validation by Laplace-noised counts (scale below, sensitivity 1); the released "
+        "model is the lowest noisy validation error among noisy-feasible candidates. "
+        f"{len(config.final_seeds)} repeats (one per final seed: its split); test error of the "
+        "released models, mean ± 95% CI over the repeats that released one.",
+        "",
+        f"Total ε: one RepeatAndSelect event per (dataset, ε, method, target), {PLD_NOTE}. "
+        "Each target's release meets it on its own; the targets share candidates.",
+    ]
+    for (dataset, eps, target), group in table.groupby(["dataset", "epsilon", "target"]):
+        lines += ["", f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}", "",
+                  "| method | K drawn | released / repeats | most released | noisy val error | "
+                  "test error | test violation | candidate ε | training ε | score scale | "
+                  "total ε (RDP) |",
+                  "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for r in group.itertuples(index=False):
+            test = ("" if pd.isna(r.test_error) else
+                    f"{r.test_error:.4f} ± {r.test_error_ci95:.4f}")  # fmt: skip
+            violation = ("" if pd.isna(r.test_violation) else
+                         f"{r.test_violation:.4f} ± {r.test_violation_ci95:.4f}")  # fmt: skip
+            cells = [r.method, " ".join(str(k) for k in r.candidates_drawn),
+                     f"{r.feasible} / {len(r.candidates_drawn)}", r.selected or "none",
+                     "" if pd.isna(r.val_error) else f"{r.val_error:.4f}", test, violation,
+                     f"{r.candidate_epsilon:.4g}", f"{r.training_epsilon:.4g}",
+                     f"{r.score_laplace_scale:.4g}", f"{r.total_epsilon:.4f}"]  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
+    notes = sorted({n.removeprefix(PLD_NOTE).removeprefix("; ") for n in table["accounting_note"]})
+    lines += [f"\nNote: {n}." for n in notes if n]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,247 @@
+"""`tune` with `selection: private`: the count laws, the noisy validation score, the
+per-candidate calibration, and the total epsilon recomputed independently with dp-accounting."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+from dp_accounting import dp_event
+from dp_accounting.rdp import RdpAccountant
+from dp_accounting.rdp.rdp_privacy_accountant import _truncated_negative_binomial_mean
+
+from fairbench.errors import CalibrationError, ConfigError
+from fairbench.privacy.events import from_dict
+from fairbench.privacy.selection import (
+    PoissonCount,
+    TruncatedNegativeBinomialCount,
+    calibrate_candidate,
+    rdp_form,
+)
+from fairbench.rundir.store import finished_rows
+from fairbench.streams import numpy_stream
+from fairbench.workflows.private_selection import (
+    SCORE_STREAM,
+    candidate_seed,
+    draw_counts,
+    noisy_cells,
+    run_private,
+    score,
+)
+from fairbench.workflows.tune import TuneConfig, load_tune_config
+
+TARGET = 2.0
+BASE = {
+    "name": "p",
+    "datasets": [{"name": "synthetic", "options": {"n_rows": 1200}}],
+    "epsilons": [TARGET],
+    "targets": [0.1, 0.3],
+    "budget": 3,
+    "search_seeds": [100],
+    "final_seeds": list(range(10)),
+    "selection": "private",
+    "count": {"law": "poisson", "mean": 2.0},
+    "methods": [{"name": "dp-sgd", "hparams": {"epochs": 2},
+                 "space": {"lr": {"log": [0.05, 2.0]}}}],
+}  # fmt: skip
+
+LAWS = [
+    PoissonCount(law="poisson", mean=3.0),
+    TruncatedNegativeBinomialCount(law="truncated_negative_binomial", eta=1.0, gamma=0.25),
+    TruncatedNegativeBinomialCount(law="truncated_negative_binomial", eta=0.0, gamma=0.1),
+    TruncatedNegativeBinomialCount(law="truncated_negative_binomial", eta=0.5, gamma=0.2),
+]
+
+
+@pytest.mark.parametrize("law", LAWS, ids=lambda law: f"{law.law}-{law.shape:g}")
+def test_the_candidate_count_follows_its_law(law):
+    """Mean and P(K = k) for k <= 4 over 20,000 seeded draws, each within 4 standard errors
+    of the law's; the pmf sums to 1 and the mean is dp-accounting's for the same law."""
+    rng = numpy_stream(0, "count test")
+    draws = np.array([law.sample(rng) for _ in range(20_000)])
+    assert sum(law.pmf(k) for k in range(2_000)) == pytest.approx(1.0, abs=1e-9)
+    assert abs(draws.mean() - law.expected) < 4 * draws.std() / math.sqrt(len(draws))
+    for k in range(5):
+        p = law.pmf(k)
+        assert abs((draws == k).mean() - p) <= 4 * math.sqrt(p * (1 - p) / len(draws)) + 1e-12
+    if law.law != "poisson":
+        assert law.expected == pytest.approx(_truncated_negative_binomial_mean(law.gamma, law.eta))
+
+
+def test_the_noisy_score_adds_laplace_noise_of_its_stated_scale_to_each_count():
+    """Sensitivity 1 per table (one record, one cell): the noise is Laplace(scale) per cell,
+    so its mean absolute value is the scale and its standard deviation sqrt(2) scale."""
+    cells = np.arange(8.0).reshape(2, 2, 2) * 10
+    rng = numpy_stream(1, SCORE_STREAM)
+    noise = np.stack([noisy_cells(cells, 3.0, rng) - cells for _ in range(20_000)])
+    assert np.abs(noise).mean() == pytest.approx(3.0, rel=0.02)
+    assert noise.std() == pytest.approx(math.sqrt(2) * 3.0, rel=0.02)
+    assert np.abs(noise.mean(axis=0)).max() < 0.1  # centred, every cell
+
+
+def test_the_score_is_the_suites_metrics_on_the_table():
+    # group 0: 10 records (y=0: 6 predicted 0, 1 predicted 1; y=1: 3 predicted 1)
+    # group 1: 10 records (y=0: 2 predicted 0, 2 predicted 1; y=1: 1 predicted 0, 5 predicted 1)
+    cells = np.array([[[6, 1], [0, 3]], [[2, 2], [1, 5]]], dtype=float)
+    error, violation = score(cells, "demographic_parity")
+    assert error == pytest.approx(4 / 20)
+    assert violation == pytest.approx(abs(4 / 10 - 7 / 10))
+    cells[1] = -1.0  # noise drove a whole group below zero: never feasible
+    assert math.isnan(score(cells, "demographic_parity")[1])
+
+
+def test_the_per_candidate_budget_meets_the_target_tightly():
+    law = TruncatedNegativeBinomialCount(law="truncated_negative_binomial", eta=1.0, gamma=0.1)
+
+    def candidate(budget: float) -> dp_event.DpEvent:  # a Gaussian and a Laplace at budget/2
+        return dp_event.ComposedDpEvent(
+            [dp_event.GaussianDpEvent(4.0 / budget), dp_event.LaplaceDpEvent(2.0 / budget)]
+        )
+
+    budget, total = calibrate_candidate(1.0, 1e-5, law, candidate)
+    assert 0.99 <= total <= 1.0
+    event = dp_event.RepeatAndSelectDpEvent(candidate(budget), law.expected, law.shape)
+    assert RdpAccountant().compose(event).get_epsilon(1e-5) == pytest.approx(total, rel=1e-12)
+    with pytest.raises(CalibrationError, match="cannot meet epsilon 1 with 10 expected"):
+        calibrate_candidate(1.0, 1e-5, law, lambda b: _infeasible_below(b, 0.5, candidate))
+
+
+def _infeasible_below(budget, floor, candidate):
+    if budget < floor:
+        raise CalibrationError("no noise that small")
+    return candidate(budget)
+
+
+def test_a_sampled_laplace_is_accounted_without_amplification():
+    sampled = dp_event.PoissonSampledDpEvent(
+        0.1, dp_event.ComposedDpEvent([dp_event.GaussianDpEvent(2.0), dp_event.LaplaceDpEvent(3.0)])
+    )
+    event, relaxed = rdp_form(dp_event.SelfComposedDpEvent(sampled, 5))
+    assert relaxed == 1
+    assert event == dp_event.SelfComposedDpEvent(sampled.event, 5)
+    plain = dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(2.0))
+    assert rdp_form(plain) == (plain, 0)
+
+
+@pytest.fixture(scope="module")
+def selected(tmp_path_factory):
+    out = tmp_path_factory.mktemp("private")
+    config = TuneConfig.model_validate(BASE)
+    table, failures = run_private(config, out, workers=1, quiet=True, warn=lambda _: None)
+    assert failures == []
+    records = json.loads((out / "private" / "selections.json").read_text())
+    rows = finished_rows(out / "private" / f"synthetic-eps{TARGET:g}", "test")
+    return config, out, table, records, rows
+
+
+def test_the_stored_total_is_recomputed_independently(selected):
+    """dp-accounting's RDP accountant on the recorded candidate ledger and law gives the
+    stored total; it meets the target, within 1% of it."""
+    _, out, _, (record,), _ = selected
+    ledger = record["candidate_ledger"]["entries"]
+    candidate = dp_event.ComposedDpEvent([from_dict(e["event"]) for e in ledger])
+    assert ledger[-1]["event"] == {"type": "LaplaceDpEvent",
+                                   "noise_multiplier": record["score_laplace_scale"]}  # fmt: skip
+    assert (record["count_mean"], record["count_shape"]) == (2.0, math.inf)
+    event = dp_event.RepeatAndSelectDpEvent(candidate, 2.0, math.inf)
+    again = RdpAccountant().compose(event).get_epsilon(record["delta"])
+    assert record["total_epsilon"] == pytest.approx(again, rel=1e-9)
+    assert 0.99 * TARGET <= record["total_epsilon"] <= TARGET
+    assert record["accountant"] == "rdp" and "PLD accountant cannot" in record["accounting_note"]
+    summary = json.loads((out / "tuning.json").read_text())
+    assert all(r["total_epsilon"] == pytest.approx(record["total_epsilon"]) for r in summary)
+    assert all(r["selection"] == "private" and r["count_law"] == BASE["count"] for r in summary)
+    assert "total ε (RDP)" in (out / "tuning.md").read_text()
+
+
+def test_candidates_are_the_recorded_draws_trained_at_the_calibrated_budget(selected):
+    """K per repeat comes from its seeded stream; repeat r trains candidates 0..K-1 on split r,
+    each with its own seed, at the training epsilon the calibration found."""
+    config, _, _, (record,), rows = selected
+    counts = draw_counts(config)["dp-sgd"]
+    assert [r["count"] for r in record["repeats"]] == counts
+    assert len(rows) == sum(counts) and sum(counts) > 0
+    for repeat, k in zip(config.final_seeds, counts, strict=True):
+        mine = [r for r in rows if r["dataset_options"]["split_seed"] == repeat]
+        assert sorted(r["label"] for r in mine) == [f"dp-sgd#{i}" for i in range(k)]
+        assert {r["seed"] for r in mine} == {candidate_seed(repeat, i) for i in range(k)}
+    assert {r["epsilon"] for r in rows} == {record["training_epsilon"]}
+    assert record["training_epsilon"] == pytest.approx(record["candidate_epsilon"] / 2)
+    assert record["score_laplace_scale"] == pytest.approx(2 / record["candidate_epsilon"])
+
+
+def test_the_release_is_the_best_noisy_score_and_the_noise_is_reproducible(selected):
+    _, _, _, (record,), rows = selected
+    by_key = {(r["label"], r["seed"]): r for r in rows}
+    for repeat in record["repeats"]:
+        for i, cand in enumerate(repeat["candidates"]):
+            row = by_key[(cand["label"], candidate_seed(repeat["repeat"], i))]
+            cells = np.asarray(row["info"]["val_outcome_cells"])
+            # the exact table gives the trial's own validation numbers
+            exact = score(cells, "demographic_parity")
+            assert exact == pytest.approx((row["val_error"], row["val_violation"]))
+            rng = numpy_stream(row["seed"], SCORE_STREAM)
+            noisy = score(
+                noisy_cells(cells, record["score_laplace_scale"], rng), "demographic_parity"
+            )
+            assert noisy == pytest.approx((cand["val_error"], cand["val_violation"]), nan_ok=True)
+        for target, released in repeat["released"].items():
+            feasible = [i for i, c in enumerate(repeat["candidates"])
+                        if _within(c["val_violation"], float(target))]  # fmt: skip
+            best = min(feasible, key=lambda i: repeat["candidates"][i]["val_error"], default=None)
+            assert released == best
+
+
+def _within(violation: float | None, target: float) -> bool:
+    return violation is not None and not math.isnan(violation) and violation <= target
+
+
+def test_summary_rows_average_the_released_models(selected):
+    _, _, table, (record,), _ = selected
+    for row in table.itertuples(index=False):
+        key = f"{row.target:g}"
+        released = [r["candidates"][r["released"][key]] for r in record["repeats"]
+                    if r["released"][key] is not None]  # fmt: skip
+        assert row.final_seeds == len(released)
+        if released:
+            assert row.test_error == pytest.approx(np.mean([c["test_error"] for c in released]))
+
+
+def test_a_space_that_changes_the_mechanism_is_refused_before_anything_is_written(tmp_path):
+    methods = [{"name": "dp-sgd", "hparams": {"epochs": 2}, "space": {"batch_size": [64, 128]}}]
+    config = TuneConfig.model_validate({**BASE, "methods": methods,
+                                        "count": {"law": "poisson", "mean": 4.0}})  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"run different accounted mechanisms \(batch_size differ\)"
+    ):
+        run_private(config, tmp_path / "out", workers=1, quiet=True, warn=lambda _: None)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"count": None}, "selection: private needs `count`"),
+        ({"methods": [{"name": "erm"}]}, "method erm is not private"),
+        ({"selection": "free"}, "apply to selection: private only"),
+        ({"count": {"law": "poisson", "mean": 0.5}}, "count.poisson.mean"),
+        ({"count": {"law": "geometric", "mean": 3}}, "count"),
+        ({"count": {"law": "truncated_negative_binomial", "eta": 1, "gamma": 1}}, "gamma"),
+    ],
+)
+def test_bad_private_selection_configs_are_one_line_errors(tmp_path, change, message):
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **change}))
+    with pytest.raises(ConfigError, match=message) as info:
+        load_tune_config(str(path))
+    assert "\n" not in str(info.value)
+
+
+def test_charge_tuning_with_private_selection_is_refused_and_writes_nothing(cli, tmp_path):
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    code, _, err = cli("tune", str(path), "--out", str(tmp_path / "out"), "--charge-tuning")
+    assert code == 2
+    assert err.strip().startswith("error: --charge-tuning") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
