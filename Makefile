@@ -94,6 +94,23 @@ $(PRIVACY_COST_TUNES): privacy-cost-%: install
 	$(PRIVACY_COST_ENV) $(BIN)/fairbench tune privacy-cost-$* --out results/tune/privacy-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
 	echo $$(( $$(date +%s) - start )) > results/tune/privacy-cost/$*/wall_seconds.txt
 
+# fig-tuning-cost (issue 24): what paying for tuning costs. Per dataset two tune outputs with
+# the same candidates, counts, seeds and splits: tuning paid for by private selection at the
+# stated total epsilon (tuning-cost-<name>-paid.yaml) and its uncharged twin
+# (tuning-cost-<name>-free.yaml); then per dataset and epsilon the released models' test error
+# and ranking under each, in results/figures/fig-tuning-cost. Re-running resumes.
+TUNING_COST := german compas parkinsons adult5k
+TUNING_COST_TUNES := $(foreach d,$(TUNING_COST),tuning-cost-$(d)-free tuning-cost-$(d)-paid)
+.PHONY: fig-tuning-cost $(TUNING_COST_TUNES)
+fig-tuning-cost: $(TUNING_COST_TUNES)
+	$(BIN)/fairbench figure tuning-cost $(addprefix results/tune/tuning-cost/,$(subst tuning-cost-,,$(TUNING_COST_TUNES))) --out results/figures/fig-tuning-cost
+
+$(TUNING_COST_TUNES): tuning-cost-%: install
+	@mkdir -p results/tune/tuning-cost/$*
+	start=$$(date +%s); \
+	$(PRIVACY_COST_ENV) $(BIN)/fairbench tune tuning-cost-$* --out results/tune/tuning-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
+	echo $$(( $$(date +%s) - start )) > results/tune/tuning-cost/$*/wall_seconds.txt
+
 # fig-literature (issue 23): the baselines the seed papers claim to beat (Jagielski et al.,
 # PF-LD, the DP-ERM mitigation) beside RaCO-DP and DP-FERMI, tuned with equal budgets in both
 # privacy notions: equalized odds on Adult and Credit at eps 0.5/1/3 (literature.yaml) and

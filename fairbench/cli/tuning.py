@@ -40,11 +40,11 @@ def tune(
 
     spec = load_tune_config(config)
     out = out or Path("runs") / spec.name
-    private = spec.selection == "private"
+    private = spec.selection != "free"
     if private and charge_tuning:
         raise ConfigError(
-            "--charge-tuning bounds the cost of free selection; selection: private already "
-            "pays for tuning: drop the flag"
+            f"--charge-tuning bounds the cost of free selection; selection: {spec.selection} "
+            "has its own accounting: drop the flag"
         )
     try:
         if private:
@@ -58,8 +58,8 @@ def tune(
         raise
     reached = table["selected"].notna().sum()
     if private:
-        console.print(f"{reached} of {len(table)} (method, target, ε) private selections released "
-                      f"a model → {out / 'tuning.md'}; per repeat in "
+        console.print(f"{reached} of {len(table)} (method, target, ε) {spec.selection} "
+                      f"selections released a model → {out / 'tuning.md'}; per repeat in "
                       f"{out / 'private' / 'selections.json'}")  # fmt: skip
     else:
         console.print(f"{reached} of {len(table)} (method, target, ε) selections reached their "

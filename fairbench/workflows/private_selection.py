@@ -29,6 +29,11 @@ that changes it (batch size, epochs) is refused before anything runs; search suc
 `selection: free`, or fix them in `hparams`. Candidates of several targets are shared to save
 compute: each target's release is (epsilon, delta)-DP on its own, releasing several targets'
 models together is not covered by the stated total.
+
+`selection: uncharged` is the twin with tuning not charged (the papers' convention): the same
+counts, candidates, seeds and splits, but every candidate trains at the full epsilon and is
+scored exactly on validation, and nothing is accounted beyond each candidate's own epsilon.
+The pair isolates what paying for tuning costs (fig-tuning-cost).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import pandas as pd
 from dp_accounting import dp_event
 
 from fairbench.errors import CalibrationError, ConfigError
+from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.metrics import VIOLATIONS, error_rate
 from fairbench.privacy import PrivacyLedger
 from fairbench.privacy.selection import (
@@ -70,6 +76,7 @@ from fairbench.streams import numpy_stream
 from fairbench.workflows.tune import (
     TuneConfig,
     choose,
+    is_infeasible,
     sample_configurations,
     search_config,
     write_tune_config,
@@ -78,6 +85,8 @@ from fairbench.workflows.tune import (
 SCORE_LABEL = "private selection: noisy validation counts"
 SCORE_STREAM = "noise/validation score"
 CHARGED = "tuning charged: private selection (RDP accountant)"
+NOT_CHARGED = "tuning not charged"
+INFEASIBLE = "infeasible"  # a candidate whose draw no calibration meets at its epsilon
 CANDIDATE_COLUMNS = ["label", "hparams", "knob", "val_error", "val_violation", "test_error",
                      "test_violation"]  # fmt: skip
 
@@ -93,7 +102,18 @@ class MethodBudget:
     relaxed: int  # sampled releases accounted without amplification (`rdp_form`)
     ledger: PrivacyLedger  # one candidate's: its training plan and its score
 
+    @classmethod
+    def uncharged(cls, epsilon: float) -> MethodBudget:
+        """`selection: uncharged`: train at the full epsilon, score exactly, charge nothing."""
+        return cls(epsilon, epsilon, 0.0, math.nan, 0, PrivacyLedger())
+
+    @property
+    def charged(self) -> bool:
+        return self.score_scale > 0
+
     def notes(self) -> str:
+        if not self.charged:
+            return f"{NOT_CHARGED}: each candidate at the full epsilon, exact validation scores"
         parts = [PLD_NOTE]
         if self.relaxed:
             parts.append(RELAXED_NOTE.format(n=self.relaxed))
@@ -147,7 +167,13 @@ def _templates(config: TuneConfig, draws: dict[str, list[dict]]) -> dict[tuple, 
     would run it on the first repeat's seed (hyper-parameters, knob, dataset options)."""
     one_seed = config.model_copy(update={"search_seeds": [config.final_seeds[0]]})
     specs = expand(search_config(one_seed, draws), lambda _: None)
-    return {(s.dataset, float(s.epsilon), s.label): s for s in specs}
+    return {(s.dataset, float(s.epsilon), bare(s.label)): s for s in specs}
+
+
+def bare(label: str) -> str:
+    """A candidate's label without the A-at-test mark (`series_label` adds it after `#i`), so
+    that `method#i` finds it."""
+    return label.replace(SENSITIVE_MARK, "")
 
 
 def _candidate_event(plan: PrivacyLedger, scale: float) -> tuple[dp_event.DpEvent, int]:
@@ -209,6 +235,9 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
     templates = _templates(config, draws)
     budgets: dict[tuple[str, float, str], MethodBudget] = {}
     for dataset, eps, label in sorted({(d, e, lab.rsplit("#", 1)[0]) for d, e, lab in templates}):
+        if config.selection == "uncharged":
+            budgets[(dataset, eps, label)] = MethodBudget.uncharged(eps)
+            continue
         needed = max(max(counts[label]), 1)
         specs = [templates[(dataset, eps, f"{label}#{i}")] for i in range(needed)]
         try:
@@ -236,10 +265,16 @@ def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.Da
     for (dataset, eps), specs in sorted(runs.items()):
         run_dir = out / "private" / f"{dataset}-eps{eps:g}"
         done = execute(specs, run_dir, workers, quiet)
-        failures += [f"candidate {trial}: {error.splitlines()[-1]}" for trial, error in done.failed]
+        by_id = {s.trial_id: s for s in specs}
+        for trial, error in done.failed:
+            if is_infeasible(error):  # a draw no calibration meets: it runs nothing
+                spec = by_id[trial]
+                rows[(spec.dataset, bare(spec.label), spec.seed)] = {INFEASIBLE: error}
+            else:
+                failures.append(f"candidate {trial}: {error.splitlines()[-1]}")
         if done.done + done.skipped > 0:
             write_report(run_dir)
-            rows.update({(r["dataset"], r["label"], r["seed"]): r
+            rows.update({(r["dataset"], bare(r["label"]), r["seed"]): r
                          for r in finished_rows(run_dir, "select from")})  # fmt: skip
     records, summary = [], []
     for (dataset, eps, label), budget in sorted(budgets.items()):
@@ -268,21 +303,31 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             row = rows.get((dataset, f"{label}#{i}", candidate_seed(repeat, i)))
             if row is None:
                 break
-            _check_ledger(row, budget, config.delta)
-            rng = numpy_stream(row["seed"], SCORE_STREAM)
-            noisy = noisy_cells(
-                np.asarray(row["info"]["val_outcome_cells"]), budget.score_scale, rng
-            )
-            error, violation = score(noisy, config.constraint)
-            candidates.append({"label": row["label"], "hparams": row["hparams"],
-                               "knob": row["knob"], "val_error": error, "val_violation": violation,
-                               "test_error": row["test_error"],
-                               "test_violation": row["test_violation"]})  # fmt: skip
+            if INFEASIBLE in row:  # nothing trained, nothing released or spent: never chosen
+                candidates.append({"label": f"{label}#{i}", "hparams": None, "knob": None,
+                                   "val_error": None, "val_violation": None,
+                                   "test_error": math.nan, "test_violation": math.nan,
+                                   INFEASIBLE: row[INFEASIBLE].splitlines()[-1]})  # fmt: skip
+                continue
+            cells = np.asarray(row["info"]["val_outcome_cells"])
+            if budget.charged:
+                _check_ledger(row, budget, config.delta)
+                rng = numpy_stream(row["seed"], SCORE_STREAM)
+                cells = noisy_cells(cells, budget.score_scale, rng)
+            error, violation = score(cells, config.constraint)
+            candidates.append({
+                "label": row["label"], "hparams": row["hparams"], "knob": row["knob"],
+                "val_error": error, "val_violation": violation, "test_error": row["test_error"],
+                "test_violation": row["test_violation"],
+                "uses_sensitive_at_test": row["uses_sensitive_at_test"],
+            })  # fmt: skip
         complete = len(candidates) == k
         releases = {}
         for target in config.targets:
-            frame = pd.DataFrame(candidates, columns=["label", "val_error", "val_violation"])
-            frame["val_violation"] = frame["val_violation"].fillna(math.inf)
+            frame = pd.DataFrame(candidates, columns=["label", "val_error", "val_violation",
+                                                      INFEASIBLE])  # fmt: skip
+            frame = frame[frame[INFEASIBLE].isna()].astype({"val_error": float})
+            frame["val_violation"] = frame["val_violation"].astype(float).fillna(math.inf)
             best = choose(frame, None if label in free else target) if complete else None
             releases[f"{target:g}"] = None if best is None else int(best.name)
         repeats.append({"repeat": repeat, "count": k, "complete": complete,
@@ -322,9 +367,12 @@ def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> lis
         top = Counter(frame["label"]).most_common(1)
         chosen = frame[frame["label"] == top[0][0]].iloc[0] if top else None
         counts = [r["count"] for r in record["repeats"]]
+        marked = any(c.get("uses_sensitive_at_test") for r in record["repeats"]
+                     for c in r["candidates"])  # fmt: skip
         out.append({
             "dataset": record["dataset"], "constraint": config.constraint,
-            "epsilon": record["epsilon"], "target": target, "method": record["method"],
+            "epsilon": record["epsilon"], "target": target,
+            "method": record["method"] + (SENSITIVE_MARK if marked else ""),
             "candidates": float(np.mean(counts)), "feasible": len(frame), "infeasible": 0,
             "selected": None if chosen is None else chosen["label"],
             "hparams": None if chosen is None else chosen["hparams"],
@@ -337,7 +385,9 @@ def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> lis
             "satisfied_fraction": float((frame["test_violation"] <= target).mean())
             if len(frame) else math.nan,
             "tuning_epsilon": budget.total_epsilon,
-            "selection": "private", "tuning": CHARGED, "count_law": record["count_law"],
+            "selection": config.selection,
+            "tuning": CHARGED if budget.charged else NOT_CHARGED,
+            "count_law": record["count_law"],
             "candidates_drawn": counts, "candidate_epsilon": budget.candidate_epsilon,
             "training_epsilon": budget.training_epsilon,
             "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
@@ -346,23 +396,42 @@ def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> lis
     return out
 
 
+def _total(epsilon: float) -> str:
+    return "not charged" if pd.isna(epsilon) else f"{epsilon:.4f}"
+
+
 def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
     assert config.count is not None
     law = ", ".join(f"{k} {v}" for k, v in config.count.model_dump().items())
-    lines = [
-        f"# {config.name}: tuning paid for (private selection)",
-        "",
-        f"Private selection (Papernot and Steinke 2022): per method and repeat, K candidates "
-        f"with K drawn from {law} (mean {config.count.expected:.3g}); candidates are the "
-        "method's search-space draws in order, each trained at the training ε below and scored "
-        "on validation by Laplace-noised counts (scale below, sensitivity 1); the released "
-        "model is the lowest noisy validation error among noisy-feasible candidates. "
-        f"{len(config.final_seeds)} repeats (one per final seed: its split); test error of the "
-        "released models, mean ± 95% CI over the repeats that released one.",
-        "",
-        f"Total ε: one RepeatAndSelect event per (dataset, ε, method, target), {PLD_NOTE}. "
-        "Each target's release meets it on its own; the targets share candidates.",
-    ]
+    if config.selection == "uncharged":
+        intro = [
+            f"# {config.name}: {NOT_CHARGED} (the twin of private selection)",
+            "",
+            f"Per method and repeat, K candidates with K drawn from {law} (mean "
+            f"{config.count.expected:.3g}), the method's search-space draws in order, each "
+            "trained at the full ε and scored exactly on validation (validation treated as "
+            "public); the released model is the lowest validation error among feasible "
+            f"candidates. {len(config.final_seeds)} repeats (one per final seed: its split); "
+            "test error of the released models, mean ± 95% CI over the repeats that released "
+            f"one. {NOT_CHARGED.capitalize()}: the ε is each candidate's, not the selection's.",
+        ]
+    else:
+        intro = [
+            f"# {config.name}: tuning paid for (private selection)",
+            "",
+            f"Private selection (Papernot and Steinke 2022): per method and repeat, K "
+            f"candidates with K drawn from {law} (mean {config.count.expected:.3g}); candidates "
+            "are the method's search-space draws in order, each trained at the training ε below "
+            "and scored on validation by Laplace-noised counts (scale below, sensitivity 1); the "
+            "released model is the lowest noisy validation error among noisy-feasible "
+            f"candidates. {len(config.final_seeds)} repeats (one per final seed: its split); "
+            "test error of the released models, mean ± 95% CI over the repeats that released "
+            "one.",
+            "",
+            f"Total ε: one RepeatAndSelect event per (dataset, ε, method, target), {PLD_NOTE}. "
+            "Each target's release meets it on its own; the targets share candidates.",
+        ]
+    lines = intro
     for (dataset, eps, target), group in table.groupby(["dataset", "epsilon", "target"]):
         lines += ["", f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}", "",
                   "| method | K drawn | released / repeats | most released | noisy val error | "
@@ -378,7 +447,7 @@ def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
                      f"{r.feasible} / {len(r.candidates_drawn)}", r.selected or "none",
                      "" if pd.isna(r.val_error) else f"{r.val_error:.4f}", test, violation,
                      f"{r.candidate_epsilon:.4g}", f"{r.training_epsilon:.4g}",
-                     f"{r.score_laplace_scale:.4g}", f"{r.total_epsilon:.4f}"]  # fmt: skip
+                     f"{r.score_laplace_scale:.4g}", _total(r.total_epsilon)]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
     notes = sorted({n.removeprefix(PLD_NOTE).removeprefix("; ") for n in table["accounting_note"]})
     lines += [f"\nNote: {n}." for n in notes if n]

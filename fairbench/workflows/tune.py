@@ -27,7 +27,10 @@ against the method's budget, the table reports it (`infeasible`), and tune does 
 
 Privacy of tuning. By default (`selection: free`) it is not charged, as in the papers, and
 every output says so ("tuning not charged"). `selection: private` pays for it out of the
-stated epsilon by private selection (fairbench.workflows.private_selection). Under free,
+stated epsilon by private selection (fairbench.workflows.private_selection), and
+`selection: uncharged` runs that procedure's twin with tuning not charged (each candidate at
+the full epsilon, exact validation scores: the papers' convention, measured the same way, so
+that the two differ only in what is paid; fig-tuning-cost pairs them). Under free,
 `charge_tuning` reports, per selection, the epsilon of the whole procedure under the stated
 bound: the validation split is treated as public (selection is then post-processing of the
 search fits), so tuning plus one final model costs the PLD composition of every search fit of
@@ -123,8 +126,9 @@ class TuneConfig(_Strict):
     final_seeds: list[int] = Field(min_length=10)
     seed: int = 0  # of the random search
     methods: list[MethodSpace] = Field(min_length=1)
-    # free: validation public, tuning not charged; private: see workflows.private_selection
-    selection: Literal["free", "private"] = "free"
+    # free: validation public, tuning not charged; private: see workflows.private_selection;
+    # uncharged: private's procedure (random count, repeats) with tuning not charged, its twin
+    selection: Literal["free", "private", "uncharged"] = "free"
     count: CountLaw | None = None  # the law of the number of candidates, for private
     score_share: float = Field(SCORE_SHARE, gt=0, lt=1)  # of a candidate's budget, for its score
 
@@ -142,17 +146,21 @@ class TuneConfig(_Strict):
         labels = [m.label or m.name for m in self.methods]
         if len(set(labels)) != len(labels):
             raise ValueError("two methods share a label; give each its own `label`")
-        if self.selection == "private":
+        if self.selection in ("private", "uncharged"):
             if self.count is None:
-                raise ValueError("selection: private needs `count`, e.g. {law: poisson, mean: 10}")
+                raise ValueError(
+                    f"selection: {self.selection} needs `count`, e.g. {{law: poisson, mean: 10}}"
+                )
             public = [m.name for m in self.methods if not method_class(m.name).private]
-            if public:
+            if public and self.selection == "private":
                 raise ValueError(
                     f"selection: private pays for tuning out of epsilon; method {public[0]} is "
                     "not private: drop it or use selection: free"
                 )
-        elif self.count is not None or self.score_share != SCORE_SHARE:
-            raise ValueError("count and score_share apply to selection: private only")
+        elif self.count is not None:
+            raise ValueError("count applies to selection: private or uncharged only")
+        if self.selection != "private" and self.score_share != SCORE_SHARE:
+            raise ValueError("score_share applies to selection: private only")
         return self
 
 

@@ -1,0 +1,131 @@
+"""fig-tuning-cost: `selection: uncharged` is private selection's paired twin, infeasible
+draws are candidates that release nothing, and the figure's table ranks honestly."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from fairbench.report.tuning_cost import (
+    COLUMNS,
+    paired_cost,
+    released_frame,
+    summary_rows,
+    winners,
+)
+from fairbench.rundir.store import finished_rows
+from fairbench.workflows.private_selection import candidate_seed, run_private
+from fairbench.workflows.tune import TuneConfig
+
+BASE = {
+    "name": "tc",
+    "datasets": [{"name": "synthetic", "options": {"n_rows": 1200}}],
+    "epsilons": [2.0],
+    "targets": [0.3],
+    "budget": 1,
+    "search_seeds": [100],
+    "final_seeds": list(range(10)),
+    "count": {"law": "poisson", "mean": 2.0},
+    "methods": [{"name": "dp-sgd", "hparams": {"epochs": 2},
+                 "space": {"lr": {"log": [0.05, 2.0]}}}],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def arms(tmp_path_factory):
+    """The same config paid for and uncharged, run once for the module."""
+    root = tmp_path_factory.mktemp("tuning-cost")
+    outs = {}
+    for selection in ("private", "uncharged"):
+        config = TuneConfig.model_validate({**BASE, "selection": selection})
+        table, failures = run_private(config, root / selection, 1, True)
+        assert failures == []
+        outs[selection] = root / selection
+    return outs
+
+
+def records(out):
+    return json.loads((out / "private" / "selections.json").read_text())
+
+
+def test_the_uncharged_twin_runs_the_same_candidates_at_the_full_epsilon_scored_exactly(arms):
+    paid, free = records(arms["private"])[0], records(arms["uncharged"])[0]
+    assert [r["count"] for r in paid["repeats"]] == [r["count"] for r in free["repeats"]]
+    assert [[c["label"] for c in r["candidates"]] for r in paid["repeats"]] == [
+        [c["label"] for c in r["candidates"]] for r in free["repeats"]
+    ]
+    assert free["training_epsilon"] == 2.0 and free["score_laplace_scale"] == 0.0
+    assert math.isnan(free["total_epsilon"]) and "not charged" in free["accounting_note"]
+    assert paid["training_epsilon"] < 1.0 and paid["total_epsilon"] == pytest.approx(2.0, rel=0.01)
+    # exact scores: each candidate's validation error is its trial's own
+    rows = {(r["label"], r["seed"]): r for r in finished_rows(
+        arms["uncharged"] / "private" / "synthetic-eps2", "test")}  # fmt: skip
+    for repeat in free["repeats"]:
+        for i, candidate in enumerate(repeat["candidates"]):
+            row = rows[(candidate["label"], candidate_seed(repeat["repeat"], i))]
+            assert candidate["val_error"] == pytest.approx(row["val_error"], abs=1e-12)
+    md = (arms["uncharged"] / "tuning.md").read_text()
+    assert "tuning not charged" in md and "not charged |" in md
+
+
+def test_an_infeasible_draw_is_a_candidate_that_releases_nothing(tmp_path):
+    """A raco-dp draw whose Laplace scale no calibration meets at epsilon 0.3 runs nothing;
+    the repeat still releases its best feasible candidate and tune reports no failure."""
+    config = TuneConfig.model_validate({
+        **BASE, "epsilons": [0.3], "selection": "uncharged", "final_seeds": list(range(10)),
+        "count": {"law": "poisson", "mean": 3.0},
+        "methods": [{"name": "raco-dp",
+                     "hparams": {"epochs": 1, "batch_size": 256, "calibrate": "noise"},
+                     "space": {"laplace_scale": [1.0, 2000.0], "knob": [0.1]}}],
+    })  # fmt: skip
+    table, failures = run_private(config, tmp_path / "out", 1, True)
+    assert failures == []
+    repeats = records(tmp_path / "out")[0]["repeats"]
+    infeasible = [c for r in repeats for c in r["candidates"] if "infeasible" in c]
+    feasible = [c for r in repeats for c in r["candidates"] if "infeasible" not in c]
+    assert infeasible and feasible
+    assert all(c["hparams"] is None and c["val_error"] is None for c in infeasible)
+    for r in repeats:
+        chosen = r["released"]["0.3"]
+        if chosen is not None:
+            assert "infeasible" not in r["candidates"][chosen]
+
+
+def test_the_figure_table_has_the_issue_columns_and_pairs_the_arms(arms):
+    released = pd.concat([released_frame(arms["private"]), released_frame(arms["uncharged"])])
+    table = summary_rows(released)
+    assert list(table.columns[:10]) == ["dataset", "method", "epsilon", "selection",
+                                        "test_error_mean", "ci_low", "ci_high",
+                                        "violation_mean", "satisfied_fraction", "rank"]  # fmt: skip
+    assert table.columns.tolist() == COLUMNS
+    assert set(table["selection"]) == {"free", "paid"} and (table["repeats"] == 10).all()
+    cost = paired_cost(released)
+    free = released[released["selection"] == "free"].set_index("repeat")["test_error"]
+    paid = released[released["selection"] == "paid"].set_index("repeat")["test_error"]
+    both = (paid - free).dropna()
+    assert len(cost) == 1 and cost["pairs"].iloc[0] == len(both) >= 3
+    assert cost["cost_mean"].iloc[0] == pytest.approx(both.mean())
+
+
+def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_misses():
+    rows = []
+    for repeat in range(4):
+        # a: low error, misses tau twice of four; b: higher error, always within; c: released
+        # once only (within tau): satisfied 1/4
+        rows += [
+            {"method": "a", "test_error": 0.10, "test_violation": 0.2 if repeat < 2 else 0.01},
+            {"method": "b", "test_error": 0.20, "test_violation": 0.01},
+            {"method": "c", "test_error": 0.05 if repeat == 0 else math.nan,
+             "test_violation": 0.01 if repeat == 0 else math.nan},
+        ]  # fmt: skip
+        for r in rows[-3:]:
+            r.update(dataset="d", epsilon=1.0, selection="paid", tau=0.05, repeat=repeat,
+                     count=2, candidate_epsilon=0.4, total_epsilon=1.0, accountant="rdp")
+    table = summary_rows(pd.DataFrame(rows)).set_index("method")
+    assert table.loc["a", "satisfied_fraction"] == 0.5 and table.loc["a", "rank"] == 1
+    assert table.loc["b", "rank"] == 2
+    assert table.loc["c", "satisfied_fraction"] == 0.25 and math.isnan(table.loc["c", "rank"])
+    assert table.loc["c", "released"] == 1
+    top = winners(table.reset_index())
+    assert top["winner_paid"].tolist() == ["a"] and top["winner_free"].isna().all()
