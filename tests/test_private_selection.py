@@ -224,7 +224,7 @@ def test_a_space_that_changes_the_mechanism_is_refused_before_anything_is_writte
     [
         ({"count": None}, "selection: private needs `count`"),
         ({"methods": [{"name": "erm"}]}, "method erm is not private"),
-        ({"selection": "free"}, "apply to selection: private only"),
+        ({"selection": "free"}, "count applies to selection: private or uncharged only"),
         ({"count": {"law": "poisson", "mean": 0.5}}, "count.poisson.mean"),
         ({"count": {"law": "geometric", "mean": 3}}, "count"),
         ({"count": {"law": "truncated_negative_binomial", "eta": 1, "gamma": 1}}, "gamma"),
