@@ -39,7 +39,7 @@ def arms(tmp_path_factory):
     outs = {}
     for selection in ("private", "uncharged"):
         config = TuneConfig.model_validate({**BASE, "selection": selection})
-        table, failures = run_private(config, root / selection, 1, True)
+        _table, failures = run_private(config, root / selection, 1, True)
         assert failures == []
         outs[selection] = root / selection
     return outs
@@ -79,7 +79,7 @@ def test_an_infeasible_draw_is_a_candidate_that_releases_nothing(tmp_path):
                      "hparams": {"epochs": 1, "batch_size": 256, "calibrate": "noise"},
                      "space": {"laplace_scale": [1.0, 2000.0], "knob": [0.1]}}],
     })  # fmt: skip
-    table, failures = run_private(config, tmp_path / "out", 1, True)
+    _table, failures = run_private(config, tmp_path / "out", 1, True)
     assert failures == []
     repeats = records(tmp_path / "out")[0]["repeats"]
     infeasible = [c for r in repeats for c in r["candidates"] if "infeasible" in c]
@@ -129,3 +129,17 @@ def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_
     assert table.loc["c", "released"] == 1
     top = winners(table.reset_index())
     assert top["winner_paid"].tolist() == ["a"] and top["winner_free"].isna().all()
+
+
+def test_the_figure_command_writes_the_csv_plot_and_report(arms, cli, tmp_path):
+    out = tmp_path / "fig"
+    code, _stdout, stderr = cli("figure", "tuning-cost", str(arms["private"]),
+                               str(arms["uncharged"]), "--out", str(out))  # fmt: skip
+    assert code == 0, stderr
+    names = {p.name for p in out.iterdir()}
+    assert {"tuning-cost.csv", "paired.csv", "winners.csv", "tuning-cost.png",
+            "tuning-cost.pdf", "README.md"} <= names  # fmt: skip
+    table = pd.read_csv(out / "tuning-cost.csv")
+    assert len(table) == 2 and table.columns.tolist() == COLUMNS
+    readme = (out / "README.md").read_text()
+    assert "## Finding" in readme and "| synthetic | 2 |" in readme

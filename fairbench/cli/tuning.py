@@ -93,6 +93,26 @@ def figure_privacy_cost(
             console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
 
 
+@figure_app.command("tuning-cost")
+def figure_tuning_cost(
+    tune_outs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="`fairbench tune --out` directories of both arms (private and uncharged)"
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="folder for the CSVs, figure and report")] = Path(
+        "results/figures/fig-tuning-cost"
+    ),
+) -> None:
+    """Tuning free versus paid for (private selection) at the same total epsilon: per dataset,
+    method and epsilon the released models' test error, violation and rank under each."""
+    from fairbench.report.tuning_cost import build
+
+    written = build(tune_outs, out)
+    console.print(f"{len(written)} files → {out}")
+
+
 @figure_app.command("literature")
 def figure_literature(
     tune_outs: Annotated[list[Path], typer.Argument(help="`fairbench tune --out` directories")],

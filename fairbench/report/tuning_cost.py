@@ -143,3 +143,152 @@ def winners(table: pd.DataFrame) -> pd.DataFrame:
             else bool(free["method"] != paid["method"]),
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
+    """One panel per dataset: test error against epsilon, a line per method, solid for free
+    tuning and dashed for paid, 95% CI bars; a point whose method is unranked there (held
+    tau in under half the repeats) is drawn hollow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from fairbench.report.palette import style
+
+    datasets = sorted(table["dataset"].unique())
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.8), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        here = table[table["dataset"] == dataset]
+        for (method, selection), line in here.groupby(["method", "selection"], sort=True):
+            line = line.sort_values("epsilon")
+            look = style(method.removesuffix(SENSITIVE_MARK))
+            shift = 1.04 if selection == "paid" else 0.96  # dodge on the log axis
+            x = line["epsilon"] * shift
+            y = line["test_error_mean"]
+            ax.errorbar(x, y, yerr=[y - line["ci_low"], line["ci_high"] - y], color=look.color,
+                        marker=look.marker, markersize=4, capsize=2, linewidth=1,
+                        linestyle="--" if selection == "paid" else "-")  # fmt: skip
+            hollow = line["rank"].isna()
+            ax.plot(x[hollow], y[hollow], linestyle="none", marker=look.marker, markersize=4,
+                    markerfacecolor="white", color=look.color, zorder=3)  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xticks(sorted(here["epsilon"].unique()))
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_title(f"{dataset} (τ = {here['tau'].iloc[0]:g})")
+        ax.set_xlabel("total ε")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test error of the released model")
+    methods = sorted(table["method"].unique())
+    handles = [Line2D([], [], color=style(m.removesuffix(SENSITIVE_MARK)).color,
+                      marker=style(m.removesuffix(SENSITIVE_MARK)).marker, label=m)
+               for m in methods]  # fmt: skip
+    handles += [Line2D([], [], color="grey", linestyle="-", label="tuning free (not charged)"),
+                Line2D([], [], color="grey", linestyle="--", label="tuning paid (private "
+                       "selection)"),
+                Line2D([], [], color="grey", marker="o", markerfacecolor="white",
+                       linestyle="none", label="held τ in < half the repeats")]  # fmt: skip
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, -0.02))  # fmt: skip
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    written = []
+    for suffix in (".png", ".pdf"):
+        target = path.with_suffix(suffix)
+        fig.savefig(target, dpi=150, bbox_inches="tight")
+        written.append(target)
+    plt.close(fig)
+    return written
+
+
+def _fmt(mean: float, low: float, high: float) -> str:
+    if math.isnan(mean):
+        return "none released"
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{mean:.3f}"
+
+
+def _changed(value: object) -> str:
+    return "" if value is None or pd.isna(value) else ("yes" if value else "no")
+
+
+def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFrame) -> str:
+    """The report: the finding (does paying change the winner, by how much), then per
+    dataset one table of free vs paid per method and epsilon."""
+    decided = top.dropna(subset=["changed"])
+    changed = decided[decided["changed"].astype(bool)]
+    lines = ["# fig-tuning-cost: what paying for tuning costs", "",
+             "Per dataset and total ε, every private fair method tuned by the same procedure "
+             "twice: **free** (`selection: uncharged`: each candidate at the full ε, exact "
+             "validation scores, tuning not charged, the papers' convention) and **paid** "
+             "(`selection: private`: Papernot and Steinke's private selection, the released "
+             "model and its score (ε, δ)-DP at the stated total, accounted by the RDP "
+             "accountant). Same candidates, counts, seeds and splits in both; 10 repeats, each "
+             "on its own split. Test error of the released models: mean [95% CI] over the "
+             "repeats that released one; `held` = repeats whose released model held τ on "
+             "test, out of all repeats (nothing released counts as a miss). Ranked: methods "
+             "that held τ in at least half the repeats, by mean test error.", "",
+             "## Finding", "",
+             f"The winner (rank 1) changes when tuning is paid for in {len(changed)} of "
+             f"{len(decided)} (dataset, ε) settings where both arms rank a method"
+             + (f"; {len(top) - len(decided)} settings have no ranked method in one arm."
+                if len(top) > len(decided) else "."), "",
+             "| dataset | ε | winner, free | error | winner, paid | error | changed |",
+             "|---|---:|---|---:|---|---:|---|"]  # fmt: skip
+    for r in top.itertuples(index=False):
+        lines.append(f"| {r.dataset} | {r.epsilon:g} | {r.winner_free or '—'} | "
+                     f"{'' if math.isnan(r.error_free) else f'{r.error_free:.3f}'} | "
+                     f"{r.winner_paid or '—'} | "
+                     f"{'' if math.isnan(r.error_paid) else f'{r.error_paid:.3f}'} | "
+                     f"{_changed(r.changed)} |")  # fmt: skip
+    costs = cost.dropna(subset=["cost_mean"])
+    if len(costs):
+        lines += ["", f"Paid minus free test error, paired over repeats where both released: "
+                  f"median {costs['cost_mean'].median():+.3f}, range "
+                  f"{costs['cost_mean'].min():+.3f} to {costs['cost_mean'].max():+.3f} over "
+                  f"{len(costs)} (dataset, method, ε) cells."]  # fmt: skip
+    for dataset, here in table.groupby("dataset", sort=True):
+        lines += ["", f"## {dataset}", "", f"![{dataset}](tuning-cost.png)", "",
+                  "| method | ε | free: error | held | rank | paid: error | held | rank | "
+                  "paid − free (paired) | candidate ε (paid) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for (method, eps), pair in here.groupby(["method", "epsilon"], sort=True):
+            cells = [method, f"{eps:g}"]
+            for selection in ("free", "paid"):
+                row = pair[pair["selection"] == selection]
+                if row.empty:
+                    cells += ["not run", "", ""]
+                    continue
+                r = row.iloc[0]
+                held = round(r["satisfied_fraction"] * r["repeats"])
+                cells += [_fmt(r["test_error_mean"], r["ci_low"], r["ci_high"]),
+                          f"{held}/{r['repeats']}",
+                          "" if math.isnan(r["rank"]) else f"{r['rank']:.0f}"]  # fmt: skip
+            c = cost[(cost["dataset"] == dataset) & (cost["method"] == method)
+                     & (cost["epsilon"] == eps)]  # fmt: skip
+            cells.append("" if c.empty or math.isnan(c["cost_mean"].iloc[0]) else
+                         f"{c['cost_mean'].iloc[0]:+.3f} ± {c['cost_ci95'].iloc[0]:.3f} "
+                         f"({c['pairs'].iloc[0]})")  # fmt: skip
+            paid = pair[pair["selection"] == "paid"]
+            cells.append("" if paid.empty else f"{paid['candidate_epsilon'].iloc[0]:.3g}")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def build(outputs: list[Path], dest: Path) -> list[Path]:
+    """tuning-cost.csv (the issue's columns, then detail), paired.csv, winners.csv, the figure
+    (PNG, PDF) and README.md from paired tune outputs."""
+    if not outputs:
+        raise ConfigError("give the `fairbench tune --out` directories of both arms")
+    released = pd.concat([released_frame(p) for p in outputs], ignore_index=True)
+    table = summary_rows(released)
+    cost = paired_cost(released)
+    top = winners(table)
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, frame in (("tuning-cost.csv", table), ("paired.csv", cost), ("winners.csv", top)):
+        (dest / name).write_text(frame.to_csv(index=False))
+        written.append(dest / name)
+    written += tuning_cost_figure(table, dest / "tuning-cost")
+    (dest / "README.md").write_text(tuning_cost_markdown(table, cost, top))
+    written.append(dest / "README.md")
+    return written
