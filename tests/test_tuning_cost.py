@@ -120,8 +120,17 @@ def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_
              "test_violation": 0.01 if repeat == 0 else math.nan},
         ]  # fmt: skip
         for r in rows[-3:]:
-            r.update(dataset="d", epsilon=1.0, selection="paid", tau=0.05, repeat=repeat,
-                     count=2, candidate_epsilon=0.4, total_epsilon=1.0, accountant="rdp")
+            r.update(
+                dataset="d",
+                epsilon=1.0,
+                selection="paid",
+                tau=0.05,
+                repeat=repeat,
+                count=2,
+                candidate_epsilon=0.4,
+                total_epsilon=1.0,
+                accountant="rdp",
+            )
     table = summary_rows(pd.DataFrame(rows)).set_index("method")
     assert table.loc["a", "satisfied_fraction"] == 0.5 and table.loc["a", "rank"] == 1
     assert table.loc["b", "rank"] == 2
