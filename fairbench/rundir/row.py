@@ -6,7 +6,7 @@ format, which this type must never change).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # The fixed columns, in stored order: the trial's ids, its spec (`TrialSpec`'s fields), then
@@ -110,10 +110,14 @@ class TrialRow:
     stamp: dict[str, Any]
     val: dict[str, Any]
     test: dict[str, Any]
+    # the trained parameters (`rundir.models.fitted_state`), carried back from the worker and
+    # saved only where the run directory asks for them (a `models/` folder); never stored
+    model_state: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def to_record(self) -> dict[str, Any]:
         """The row as the store keeps it: the fixed columns, then `val_*` and `test_*`."""
-        record = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in SPLITS}
+        record = {f.name: getattr(self, f.name) for f in fields(self)
+                  if f.name not in SPLITS and f.name != "model_state"}  # fmt: skip
         for split in SPLITS:
             record.update({f"{split}_{k}": v for k, v in getattr(self, split).items()})
         return record

@@ -19,6 +19,7 @@ from fairbench.methods import method_class
 from fairbench.methods.base import series_label
 from fairbench.rundir import CONFIG_FILE, saved_config
 from fairbench.rundir.lock import run_lock
+from fairbench.rundir.models import save_model
 from fairbench.rundir.row import TrialRow
 from fairbench.rundir.store import ResultStore
 from fairbench.runner.config import ExperimentConfig, expand, parse_config
@@ -219,6 +220,7 @@ def _run_pending(specs: list[TrialSpec], run_dir: Path, workers: int, quiet: boo
                 if spec.trial_id in finished:  # a stack-mate stored by an earlier run
                     return
                 if result is not None:
+                    save_model(run_dir, spec.trial_id, result.model_state)
                     store.record_done(spec.trial_id, asdict(spec), result.to_record())
                 else:
                     failed.append((spec.trial_id, error))

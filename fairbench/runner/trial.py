@@ -19,6 +19,7 @@ from fairbench.methods import FairnessSpec, Fitted, get_method
 from fairbench.methods.base import Trial, resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, ledger_cache
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
+from fairbench.rundir.models import fitted_state
 from fairbench.rundir.row import TrialRow
 from fairbench.runner.stamp import stamp
 from fairbench.task import Split, Task
@@ -311,6 +312,7 @@ def _row(spec, method, fitted, privacy, spent, checks, wall, phases, task, val, 
         stamp=stamp(str(fitted.device)),
         val=val,
         test=test,
+        model_state=fitted_state(fitted),
     )
 
 
