@@ -10,7 +10,7 @@ import yaml
 from fairbench.errors import CalibrationError, ConfigError
 from fairbench.runner.config import expand, parse_config
 from fairbench.runner.overrides import apply_overrides
-from fairbench.runner.preflight import _plan_at, preflight, smallest_feasible_epsilon
+from fairbench.runner.preflight import plan_at, preflight, smallest_feasible_epsilon
 from tests.test_bad_input import TINY, config
 
 
@@ -48,9 +48,9 @@ def test_the_smallest_feasible_epsilon_is_feasible_and_tight():
         preflight([spec], [0])
     floor = smallest_feasible_epsilon(spec, 0.01)
     assert 0.01 < floor < 100
-    _plan_at(spec, floor)  # calibrates
+    plan_at(spec, floor)  # calibrates
     with pytest.raises(CalibrationError):
-        _plan_at(spec, floor * 0.98)
+        plan_at(spec, floor * 0.98)
 
 
 def test_warnings_name_delta_above_one_over_n_repeated_seeds_and_oversized_batches():

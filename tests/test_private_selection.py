@@ -12,11 +12,13 @@ from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import _truncated_negative_binomial_mean
 
 from fairbench.errors import CalibrationError, ConfigError
+from fairbench.privacy import PrivacyLedger
 from fairbench.privacy.events import from_dict
 from fairbench.privacy.selection import (
     PoissonCount,
     TruncatedNegativeBinomialCount,
     calibrate_candidate,
+    candidates_epsilon,
     rdp_form,
 )
 from fairbench.rundir.store import finished_rows
@@ -208,15 +210,44 @@ def test_summary_rows_average_the_released_models(selected):
             assert row.test_error == pytest.approx(np.mean([c["test_error"] for c in released]))
 
 
-def test_a_space_that_changes_the_mechanism_is_refused_before_anything_is_written(tmp_path):
+def test_candidates_of_different_mechanisms_are_accounted_by_the_max_of_their_curves(tmp_path):
+    """A space that changes the batch size: every distinct candidate mechanism is recorded,
+    the stored total is the repeat-and-select bound on the pointwise maximum of their RDP
+    curves (recomputed here from the recorded plans), it meets the target, and it is at least
+    each mechanism's own selection epsilon."""
     methods = [{"name": "dp-sgd", "hparams": {"epochs": 2}, "space": {"batch_size": [64, 128]}}]
     config = TuneConfig.model_validate({**BASE, "methods": methods,
                                         "count": {"law": "poisson", "mean": 4.0}})  # fmt: skip
-    with pytest.raises(
-        ConfigError, match=r"run different accounted mechanisms \(batch_size differ\)"
-    ):
-        run_private(config, tmp_path / "out", workers=1, quiet=True, warn=lambda _: None)
-    assert not (tmp_path / "out").exists()
+    run_private(config, tmp_path / "out", workers=1, quiet=True, warn=lambda _: None)
+    record = json.loads((tmp_path / "out" / "private" / "selections.json").read_text())[0]
+    assert len(record["candidate_plans"]) == 2
+    events = []
+    for plan in record["candidate_plans"]:
+        training = PrivacyLedger.from_json(plan).event
+        events.append(dp_event.ComposedDpEvent(
+            [training, dp_event.LaplaceDpEvent(record["score_laplace_scale"])]))  # fmt: skip
+    law = PoissonCount(law="poisson", mean=4.0)
+    total = candidates_epsilon(events, law, config.delta)
+    assert record["total_epsilon"] == pytest.approx(total, rel=1e-9)
+    assert 0.99 * TARGET <= total <= TARGET
+    alone = [RdpAccountant().compose(dp_event.RepeatAndSelectDpEvent(e, 4.0, math.inf))
+             .get_epsilon(config.delta) for e in events]  # fmt: skip
+    assert total >= max(alone) - 1e-12
+
+
+def test_the_max_curve_bound_is_dp_accountings_for_one_candidate():
+    """Pins the module-private formula candidates_epsilon uses: with one candidate it is the
+    RDP accountant's own RepeatAndSelect epsilon, for both law families."""
+    event = dp_event.SelfComposedDpEvent(
+        dp_event.PoissonSampledDpEvent(0.05, dp_event.GaussianDpEvent(2.0)), 200
+    )
+    for law in LAWS:
+        expected = (
+            RdpAccountant()
+            .compose(dp_event.RepeatAndSelectDpEvent(event, law.expected, law.shape))
+            .get_epsilon(1e-5)
+        )
+        assert candidates_epsilon([event], law, 1e-5) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize(

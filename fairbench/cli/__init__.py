@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from fairbench.cli import checks, data, describe, privacy, runs, tuning
+from fairbench.cli import advise, checks, data, describe, privacy, runs, tuning
 from fairbench.cli.common import BareFlagsGroup, err_console
 from fairbench.errors import FairbenchError, Interrupted
 
@@ -63,6 +63,7 @@ app.command()(runs.status)
 app.command()(runs.export)
 app.command()(checks.check)
 app.command()(tuning.tune)
+app.command()(advise.advise)
 app.command()(runs.report)
 app.command("list")(data.list_)
 app.command()(describe.describe)

@@ -160,21 +160,52 @@ def rdp_form(event: dp_event.DpEvent) -> tuple[dp_event.DpEvent, int]:
     raise ConfigError(f"the RDP accountant cannot account {type(event).__name__}")
 
 
+def candidates_epsilon(candidates: list[dp_event.DpEvent], law: CountLaw, delta: float) -> float:
+    """Epsilon at `delta` of a private selection whose candidates run different mechanisms
+    (several methods, or spaces that change the batch or the epochs): each repetition picks
+    its mechanism independently of the data, so its output is a mixture of theirs, and
+    Renyi divergence is quasi-convex: the mixture's RDP curve lies below the pointwise
+    maximum of theirs. The repeat-and-select bound is applied to that maximum, with
+    dp-accounting's own formula (`_compute_rdp_repeat_and_select`, module-private: pinned by
+    a test to equal the accountant's result for one candidate) and conversion."""
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        curves = []
+        for event in candidates:
+            accountant = RdpAccountant()
+            accountant.compose(event)
+            curves.append(accountant._rdp)
+        orders = RdpAccountant()._orders
+        worst = np.max(np.asarray(curves), axis=0)
+        curve = rdp._compute_rdp_repeat_and_select(orders, worst, law.expected, law.shape)
+        return float(rdp.compute_epsilon(orders, curve, delta)[0])
+    finally:
+        absl.setLevel(level)
+
+
 def calibrate_candidate(
     target: float,
     delta: float,
     law: CountLaw,
-    candidate: Callable[[float], dp_event.DpEvent],
+    candidate: Callable[[float], dp_event.DpEvent | list[dp_event.DpEvent]],
     rel_tol: float = 5e-3,
 ) -> tuple[float, float]:
     """The largest per-candidate budget b (to `rel_tol`) whose selection meets the target:
     (b, total epsilon at b). `candidate(b)` is the candidate's event at budget b in RDP form
+    (or the list of the distinct candidates' events: `candidates_epsilon`)
     (it raises `CalibrationError` where the method cannot be calibrated); the total grows with
     b, so b is bracketed by doubling or halving from `target`, then bisected geometrically.
     """
 
     def total(budget: float) -> float:
-        return selection_epsilon(repeat_and_select(candidate(budget), law), delta)
+        events = candidate(budget)
+        if isinstance(events, list):
+            return candidates_epsilon(events, law, delta)
+        return selection_epsilon(repeat_and_select(events, law), delta)
 
     def fails(budget: float, why: str) -> CalibrationError:
         return CalibrationError(

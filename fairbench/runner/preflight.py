@@ -78,7 +78,7 @@ def preflight(specs: list[TrialSpec], seeds: list[int]) -> Preflight:
     groups: dict[str, list[TrialSpec]] = {}
     for spec in specs:
         groups.setdefault(spec.stack_key, []).append(spec)
-    step_ms = _step_milliseconds()
+    step_ms = step_milliseconds()
     configs, warned = [], set()
     for members in groups.values():
         spec = members[0]
@@ -124,7 +124,7 @@ def capture_plan(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
     """The privacy plan the trial submits at `epsilon`; a `CalibrationError` when no
     calibration meets it, reworded to name the trial and the smallest feasible epsilon."""
     try:
-        return _plan_at(spec, epsilon)
+        return plan_at(spec, epsilon)
     except CalibrationError as exc:
         floor = smallest_feasible_epsilon(spec, epsilon)
         fix = (
@@ -138,7 +138,7 @@ def capture_plan(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
         ) from None
 
 
-def _plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
+def plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
     method = get_method(spec.method, **spec.hparams)
     session = _PlanOnlySession(
         spec.seed, resolve_device(spec.device), PrivacyBudget(epsilon, spec.delta)
@@ -157,7 +157,7 @@ def smallest_feasible_epsilon(spec: TrialSpec, infeasible: float) -> float | Non
 
     def feasible(eps: float) -> bool:
         try:
-            _plan_at(spec, eps)
+            plan_at(spec, eps)
         except CalibrationError:
             return False
         return True
@@ -212,7 +212,7 @@ def _seed_warnings(seeds: list[int]) -> list[str]:
     ]
 
 
-def _step_milliseconds() -> dict[str, float]:
+def step_milliseconds() -> dict[str, float]:
     """Median ms per step by method from the committed bench table (Adult, CPU); empty when
     the table is absent (an installed package without the repository's results)."""
     if not STEP_TIMES.is_file():

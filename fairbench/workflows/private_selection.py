@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 from dp_accounting import dp_event
 
-from fairbench.errors import CalibrationError, ConfigError
+from fairbench.errors import CalibrationError
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.metrics import VIOLATIONS, error_rate
 from fairbench.privacy import PrivacyLedger
@@ -59,6 +59,7 @@ from fairbench.privacy.selection import (
     PLD_NOTE,
     RELAXED_NOTE,
     calibrate_candidate,
+    candidates_epsilon,
     rdp_form,
     repeat_and_select,
     selection_epsilon,
@@ -70,7 +71,7 @@ from fairbench.rundir.lock import run_lock
 from fairbench.rundir.store import finished_rows
 from fairbench.runner.config import expand
 from fairbench.runner.execute import execute
-from fairbench.runner.preflight import capture_plan
+from fairbench.runner.preflight import plan_at
 from fairbench.runner.trial import SPLIT_SEED, TrialSpec
 from fairbench.streams import numpy_stream
 from fairbench.workflows.tune import (
@@ -100,7 +101,13 @@ class MethodBudget:
     score_scale: float  # Laplace scale of each validation count, 1 / (score_share b)
     total_epsilon: float  # the selection's epsilon at delta, RDP accountant
     relaxed: int  # sampled releases accounted without amplification (`rdp_form`)
-    ledger: PrivacyLedger  # one candidate's: its training plan and its score
+    ledger: PrivacyLedger  # the costliest candidate's: its training plan and its score
+    plans: tuple[dict, ...] = ()  # every distinct candidate training plan (ledger JSON)
+
+    def candidate_events(self) -> list[dp_event.DpEvent]:
+        """Each distinct candidate's mechanism, training plus score, in RDP form."""
+        return [_candidate_event(PrivacyLedger.from_json(p), self.score_scale)[0]
+                for p in self.plans]  # fmt: skip
 
     @classmethod
     def uncharged(cls, epsilon: float) -> MethodBudget:
@@ -182,37 +189,58 @@ def _candidate_event(plan: PrivacyLedger, scale: float) -> tuple[dp_event.DpEven
 
 
 def calibrate(config: TuneConfig, spec: TrialSpec, others: list[TrialSpec]) -> MethodBudget:
-    """Solve one method's per-candidate budget on `spec` (its first candidate) for the
-    config's target epsilon (`spec.epsilon`), then check every candidate in `others` runs the
-    same accounted mechanism at it."""
+    """Solve the per-candidate budget b for the config's target epsilon (`spec.epsilon`)
+    over the candidates `spec` and `others`, which may run different mechanisms (batch
+    sizes, epochs, even methods): the selection is bounded from the pointwise maximum of
+    their RDP curves (`selection.candidates_epsilon`). A candidate that cannot be calibrated
+    at a budget runs nothing there (it releases nothing and spends nothing). Candidates whose
+    plans agree at the target are represented by one; at the solved budget every candidate's
+    plan is captured and the total recomputed over all of them."""
     assert config.count is not None and spec.epsilon is not None
     share = config.score_share
+    everyone = [spec, *others]
+    # infeasible at the target's training share, a candidate is infeasible at every smaller
+    # budget the solution can have (feasibility grows with epsilon)
+    representatives = [s for s, _ in _distinct_plans(everyone, (1 - share) * spec.epsilon)]
 
-    def candidate(budget: float) -> dp_event.DpEvent:
-        plan = capture_plan(spec, (1 - share) * budget)
-        return _candidate_event(plan, 1 / (share * budget))[0]
+    def candidates(budget: float) -> list[dp_event.DpEvent]:
+        plans = _distinct_plans(representatives, (1 - share) * budget)
+        return [_candidate_event(p, 1 / (share * budget))[0] for _, p in plans]
 
-    budget, total = calibrate_candidate(spec.epsilon, config.delta, config.count, candidate)
+    budget, _ = calibrate_candidate(spec.epsilon, config.delta, config.count, candidates)
     training, scale = (1 - share) * budget, 1 / (share * budget)
-    plan = capture_plan(spec, training)
-    for other in others:
-        if capture_plan(other, training).to_json() != plan.to_json():
-            raise ConfigError(
-                f"selection: private: candidates {spec.label} and {other.label} of "
-                f"{spec.dataset} run different accounted mechanisms ({_differing(spec, other)} "
-                "differ); private selection repeats one mechanism: move what changes it "
-                "(batch_size, epochs) from space to hparams, or use selection: free"
-            )
-    ledger = PrivacyLedger([*plan.entries])
+    plans = [p for _, p in _distinct_plans(everyone, training)]
+    if not plans:
+        raise CalibrationError(f"no candidate can be calibrated at training epsilon {training:.3g}")
+    events = [_candidate_event(p, scale) for p in plans]
+    total = candidates_epsilon([e for e, _ in events], config.count, config.delta)
+    if total > spec.epsilon * (1 + 1e-9):
+        raise CalibrationError(
+            f"the candidates' plans at the solved budget spend epsilon {total:.4g} > "
+            f"{spec.epsilon:g} (a candidate's plan depends on the budget unlike its "
+            "representative's); narrow the space"
+        )
+    worst = max(range(len(plans)), key=lambda i: selection_epsilon(events[i][0], config.delta))
+    ledger = PrivacyLedger([*plans[worst].entries])
     ledger.record(SCORE_LABEL, dp_event.LaplaceDpEvent(scale))
-    relaxed = _candidate_event(plan, scale)[1]
-    return MethodBudget(budget, training, scale, total, relaxed, ledger)
+    relaxed = max(n for _, n in events)
+    return MethodBudget(budget, training, scale, total, relaxed, ledger,
+                        tuple(p.to_json() for p in plans))  # fmt: skip
 
 
-def _differing(first: TrialSpec, second: TrialSpec) -> str:
-    keys = sorted(k for k in set(first.hparams) | set(second.hparams)
-                  if first.hparams.get(k) != second.hparams.get(k))  # fmt: skip
-    return ", ".join(keys) or "their knobs"
+def _distinct_plans(
+    specs: list[TrialSpec], epsilon: float
+) -> list[tuple[TrialSpec, PrivacyLedger]]:
+    """One (spec, plan) per distinct plan (by its JSON) among the specs that calibrate at
+    `epsilon`."""
+    out: dict[str, tuple[TrialSpec, PrivacyLedger]] = {}
+    for spec in specs:
+        try:
+            plan = plan_at(spec, epsilon)
+        except CalibrationError:
+            continue
+        out.setdefault(json.dumps(plan.to_json(), sort_keys=True), (spec, plan))
+    return list(out.values())
 
 
 def total_epsilon(ledger: PrivacyLedger, config: TuneConfig) -> float:
@@ -339,19 +367,22 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             "training_epsilon": budget.training_epsilon,
             "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
             "delta": config.delta, "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
-            "candidate_ledger": budget.ledger.to_json(), "repeats": repeats}  # fmt: skip
+            "candidate_ledger": budget.ledger.to_json(), "candidate_plans": list(budget.plans),
+            "repeats": repeats}  # fmt: skip
 
 
 def _check_ledger(row: dict, budget: MethodBudget, delta: float) -> None:
-    """A candidate's recorded training ledger is the mechanism the selection was accounted
-    for (its RDP epsilon equals the calibrated plan's), or the stated total would be wrong."""
+    """A candidate's recorded training ledger is one of the mechanisms the selection was
+    accounted for (its RDP epsilon equals a calibrated plan's), or the stated total would be
+    wrong."""
     recorded = rdp_form(PrivacyLedger.from_json(row["ledger"]).event)[0]
-    planned = rdp_form(PrivacyLedger(budget.ledger.entries[:-1]).event)[0]
-    got, want = selection_epsilon(recorded, delta), selection_epsilon(planned, delta)
-    if not math.isclose(got, want, rel_tol=1e-9):
+    got = selection_epsilon(recorded, delta)
+    planned = [selection_epsilon(rdp_form(PrivacyLedger.from_json(p).event)[0], delta)
+               for p in budget.plans]  # fmt: skip
+    if not any(math.isclose(got, want, rel_tol=1e-9) for want in planned):
         raise PrivacyContractError(
             f"candidate {row['label']} (seed {row['seed']}) recorded a training ledger of RDP "
-            f"epsilon {got:.6g}, not the {want:.6g} its selection was accounted for"
+            f"epsilon {got:.6g}, none of the plans its selection was accounted for"
         )
 
 
