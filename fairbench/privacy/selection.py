@@ -170,6 +170,8 @@ def candidates_epsilon(candidates: list[dp_event.DpEvent], law: CountLaw, delta:
     a test to equal the accountant's result for one candidate) and conversion."""
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
+    if not candidates:  # every candidate runs nothing: nothing is released or spent
+        return 0.0
     absl = logging.getLogger("absl")
     level = absl.level
     absl.setLevel(logging.ERROR)

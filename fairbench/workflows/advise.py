@@ -279,7 +279,7 @@ def compare(plan_: Plan, out: Path, workers: int, quiet: bool) -> pd.DataFrame:
     """Per method, its own private selections over the repeats: the analysis table (method,
     test error with CI, violation, satisfied fraction, steps, wall seconds)."""
     table, _ = run_private(plan_.comparison, out / "comparison", workers, quiet,
-                           warn=lambda _: None)  # fmt: skip
+                           warn=plan_.notes.append, skip_uncalibratable=True)  # fmt: skip
     steps, walls = _effort(out / "comparison")
     table = table.copy()
     table["steps_mean"] = table["method"].map(lambda m: steps.get(bare(m), math.nan))
@@ -410,6 +410,7 @@ def comparison_text(table: pd.DataFrame, spent: float, plan_: Plan) -> str:
             f"{_num(row['satisfied'], '.0%'):>8} {row['released']:>8} "
             f"{_num(row['steps'], '.0f'):>7} {_num(row['wall_seconds'], '.0f'):>7}"
         )
+    lines += [f"  {note}" for note in plan_.notes if note.startswith("left out")]
     lines.append(f"privacy spent on this data by everything above (release and comparison, "
                  f"composed, RDP): epsilon {spent:.3g} at delta {r.delta:g}; the release alone "
                  f"is epsilon {plan_.joint_budget.total_epsilon:.3g}")  # fmt: skip

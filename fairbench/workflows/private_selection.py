@@ -252,8 +252,10 @@ def total_epsilon(ledger: PrivacyLedger, config: TuneConfig) -> float:
 
 
 def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
-                warn: Callable[[str], None] = print) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
-    """Calibrate every (dataset, epsilon, method) first (nothing is written when one fails),
+                warn: Callable[[str], None] = print,
+                skip_uncalibratable: bool = False) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+    """Calibrate every (dataset, epsilon, method) first (nothing is written when one fails;
+    with `skip_uncalibratable`, such a method is left out with a warning instead),
     then train the candidates (OUT/private/<dataset>-eps<e>, resumable runs), select, and write
     tune.yaml, private/selections.json (per method: law, K per repeat, budgets, the
     candidate's ledger; per repeat and target: every candidate's noisy score and the
@@ -271,9 +273,12 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
         try:
             budgets[(dataset, eps, label)] = calibrate(config, specs[0], specs[1:])
         except CalibrationError as exc:
-            raise CalibrationError(
-                f"method {label} on {dataset} at epsilon {eps:g}: {exc}"
-            ) from None
+            message = f"method {label} on {dataset} at epsilon {eps:g}: {exc}"
+            if not skip_uncalibratable:
+                raise CalibrationError(message) from None
+            warn(f"left out: {message}")
+    if not budgets:
+        raise CalibrationError("no method can be calibrated for private selection here")
     with run_lock(out):
         write_tune_config(out, config)
         return _run(config, out, counts, templates, budgets, workers, quiet)
