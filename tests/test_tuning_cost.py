@@ -152,3 +152,14 @@ def test_the_figure_command_writes_the_csv_plot_and_report(arms, cli, tmp_path):
     assert len(table) == 2 and table.columns.tolist() == COLUMNS
     readme = (out / "README.md").read_text()
     assert "## Finding" in readme and "| synthetic | 2 |" in readme
+
+
+def test_the_tuning_table_names_a_selection_that_released_nothing(arms):
+    """A (method, target) whose repeats released nothing has no selected label (NaN in the
+    summary): tuning.md says `none` instead of failing."""
+    from fairbench.workflows.private_selection import private_markdown
+
+    config = TuneConfig.model_validate({**BASE, "selection": "private"})
+    table = pd.read_json(arms["private"] / "tuning.json")
+    table["selected"] = math.nan
+    assert "| none |" in private_markdown(table, config)

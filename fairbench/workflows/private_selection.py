@@ -480,7 +480,8 @@ def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
             violation = ("" if pd.isna(r.test_violation) else
                          f"{r.test_violation:.4f} ± {r.test_violation_ci95:.4f}")  # fmt: skip
             cells = [r.method, " ".join(str(k) for k in r.candidates_drawn),
-                     f"{r.feasible} / {len(r.candidates_drawn)}", r.selected or "none",
+                     f"{r.feasible} / {len(r.candidates_drawn)}",
+                     r.selected if isinstance(r.selected, str) else "none",
                      "" if pd.isna(r.val_error) else f"{r.val_error:.4f}", test, violation,
                      f"{r.candidate_epsilon:.4g}", f"{r.training_epsilon:.4g}",
                      f"{r.score_laplace_scale:.4g}", _total(r.total_epsilon)]  # fmt: skip
