@@ -78,10 +78,20 @@ def test_trial_rows_hold_the_documented_columns_in_stored_order():
     beyond two groups), or the bounded group loss's."""
     from dataclasses import fields
 
-    from fairbench.rundir.row import COLUMNS, GROUP_LOSS_METRICS, RATE_METRICS, TrialRow, columns
+    from fairbench.rundir.row import (
+        COLUMNS,
+        GROUP_LOSS_METRICS,
+        RATE_METRICS,
+        SPLITS,
+        TRANSIENT,
+        TrialRow,
+        columns,
+    )
     from fairbench.runner.trial import TrialSpec, run_trial
 
-    assert tuple(f.name for f in fields(TrialRow))[:-2] == COLUMNS
+    names = tuple(f.name for f in fields(TrialRow))
+    assert names[-len(TRANSIENT) :] == TRANSIENT and names[-3:-1] == SPLITS
+    assert names[: -2 - len(TRANSIENT)] == COLUMNS
     # secure_noise (off by default) is no column: rows keep the sampler in info.noise_sampler
     spec_fields = tuple(f.name for f in fields(TrialSpec) if f.name != "secure_noise")
     assert COLUMNS[2 : 2 + len(spec_fields)] == spec_fields

@@ -73,6 +73,9 @@ def columns(metrics: tuple[str, ...]) -> list[str]:
     return [*COLUMNS, *(f"{split}_{m}" for split in SPLITS for m in metrics)]
 
 
+TRANSIENT = ("model_state",)  # fields a row carries to the writer but the store never keeps
+
+
 @dataclass(frozen=True)
 class TrialRow:
     """A finished trial. The fields up to `stamp` are the columns of `COLUMNS`, in order;
@@ -117,7 +120,7 @@ class TrialRow:
     def to_record(self) -> dict[str, Any]:
         """The row as the store keeps it: the fixed columns, then `val_*` and `test_*`."""
         record = {f.name: getattr(self, f.name) for f in fields(self)
-                  if f.name not in SPLITS and f.name != "model_state"}  # fmt: skip
+                  if f.name not in (*SPLITS, *TRANSIENT)}  # fmt: skip
         for split in SPLITS:
             record.update({f"{split}_{k}": v for k, v in getattr(self, split).items()})
         return record
