@@ -7,11 +7,13 @@ whole procedure's RDP is bounded from Q's RDP alone, whatever K turned out to be
 privacy of tuning is paid once, not K times. dp-accounting represents it as
 `RepeatAndSelectDpEvent(Q, mean, shape)` and only its RDP accountant supports that event:
 the suite's PLD accountant cannot represent it, so private selection is accounted by RDP
-(an upper bound like the PLD's, usually a looser one) and every output says so.
+(an upper bound like the PLD's, usually a looser one) and every output says so. Q's curve is
+the suite's own (`privacy.rdp`: exact at integer orders, Poisson amplification kept for a
+Laplace sharing the batch, which dp-accounting's accountant cannot compute); the
+repeat-and-select formula and the conversion to (epsilon, delta) are dp-accounting's.
 
-The bound needs the K runs to be independent repetitions of one mechanism: the caller gives
-every candidate its own noise and checks that every candidate runs the same accounted
-mechanism (`RepeatAndSelectDpEvent` takes one event).
+The bound needs the K runs to be independent repetitions (the caller gives every candidate
+its own noise). Candidates may run different mechanisms: see `selection_curve`.
 
 Two laws for K (Papernot and Steinke, Section 2): Poisson(mean) (K may be 0: nothing is
 released) and the truncated negative binomial (eta, gamma), P(K = k) proportional to
@@ -21,29 +23,24 @@ C(k + eta - 1, k) (1 - gamma)^k for k >= 1 (eta = 0: the logarithmic law, propor
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable
 from typing import Annotated, Literal
 
 import numpy as np
 from dp_accounting import dp_event
-from dp_accounting.rdp import RdpAccountant
+from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_repeat_and_select
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import gammaln
 
-from fairbench.errors import CalibrationError, ConfigError
-from fairbench.privacy.pld import SubstitutionSampledDpEvent
+from fairbench.errors import CalibrationError
+from fairbench.privacy import rdp
 
-ACCOUNTANT = "rdp"  # dp-accounting's RdpAccountant, default orders, add/remove-one neighbours
+ACCOUNTANT = "rdp"  # the suite's RDP curves (`privacy.rdp`), dp-accounting's formula and conversion
 PLD_NOTE = (
-    "accounted by dp-accounting's RDP accountant: the suite's PLD accountant cannot represent "
-    "a RepeatAndSelectDpEvent"
-)
-RELAXED_NOTE = (
-    "Poisson-sampled releases of {n} kind(s) whose RDP dp-accounting cannot compute (a "
-    "Laplace on the batch) are accounted as if run on the whole data (amplification by "
-    "sampling ignored: an upper bound)"
+    "accounted by RDP (exact sampled curves at integer orders, the pointwise maximum over the "
+    "candidates' mechanisms): the suite's PLD accountant cannot represent a "
+    "RepeatAndSelectDpEvent"
 )
 
 
@@ -112,102 +109,43 @@ class TruncatedNegativeBinomialCount(_Law):
 CountLaw = Annotated[PoissonCount | TruncatedNegativeBinomialCount, Field(discriminator="law")]
 
 
-def repeat_and_select(candidate: dp_event.DpEvent, law: CountLaw) -> dp_event.DpEvent:
-    """The whole selection as one event (the law enters through its mean and shape)."""
-    return dp_event.RepeatAndSelectDpEvent(candidate, law.expected, law.shape)
+def selection_curve(candidates: list[dp_event.DpEvent], law: CountLaw) -> np.ndarray:
+    """RDP curve (at `rdp.ORDERS`) of a private selection whose candidates run the mechanisms
+    `candidates` (one per distinct mechanism; several methods, or spaces that change the batch,
+    the epochs or a Laplace scale). Each repetition picks its mechanism independently of the
+    data, so its output is a mixture of theirs, and Renyi divergence is quasi-convex: the
+    mixture's curve lies below the pointwise maximum of theirs. The repeat-and-select bound
+    (Papernot and Steinke 2022, Theorems 2 and 6) is applied to that maximum with
+    dp-accounting's formula (`_compute_rdp_repeat_and_select`, module-private: a test pins it
+    to the accountant's own result for one candidate)."""
+    worst = np.max([rdp.rdp_curve(event) for event in candidates], axis=0)
+    orders = np.asarray(rdp.ORDERS, dtype=float)
+    return np.asarray(_compute_rdp_repeat_and_select(orders, worst, law.expected, law.shape))
 
 
-def selection_epsilon(event: dp_event.DpEvent, delta: float) -> float:
-    """Epsilon at `delta` of `event` by dp-accounting's RDP accountant (default orders). Its
-    warnings (a fractional order whose series did not converge is left out; the bound takes
-    the minimum over the others, still an upper bound) are silenced: calibration evaluates
-    this dozens of times."""
-    absl = logging.getLogger("absl")
-    level = absl.level
-    absl.setLevel(logging.ERROR)
-    try:
-        return float(RdpAccountant().compose(event).get_epsilon(delta))
-    finally:
-        absl.setLevel(level)
-
-
-def rdp_form(event: dp_event.DpEvent) -> tuple[dp_event.DpEvent, int]:
-    """`event` in a form the RDP accountant supports, and how many releases were relaxed.
-
-    A Poisson-sampled release whose inner event is not Gaussian (RaCO-DP's and PF-LD's
-    Laplace on the batch) has no RDP formula in dp-accounting; it is replaced by its inner
-    event run on the whole data. That is an upper bound: under add/remove neighbours the
-    sampled mechanism's output is a mixture (1 - q) P + q Q against P, and Renyi divergence
-    is jointly quasi-convex, so neither direction exceeds the unsampled pair's divergence.
-    A sensitive-attribute-only release (`SubstitutionSampledDpEvent`) is refused: private
-    selection is stated for the whole record."""
-    if isinstance(event, SubstitutionSampledDpEvent):
-        raise ConfigError(
-            "private selection accounts whole-record DP; a sensitive-attribute-only release "
-            "cannot be accounted: run the method in the full privacy notion"
-        )
-    if isinstance(event, dp_event.ComposedDpEvent):
-        parts = [rdp_form(e) for e in event.events]
-        return dp_event.ComposedDpEvent([e for e, _ in parts]), sum(n for _, n in parts)
-    if isinstance(event, dp_event.SelfComposedDpEvent):
-        inner, relaxed = rdp_form(event.event)
-        return dp_event.SelfComposedDpEvent(inner, event.count), relaxed
-    if RdpAccountant().supports(event):
-        return event, 0
-    if isinstance(event, dp_event.PoissonSampledDpEvent):
-        inner, relaxed = rdp_form(event.event)
-        return inner, relaxed + 1
-    raise ConfigError(f"the RDP accountant cannot account {type(event).__name__}")
-
-
-def candidates_epsilon(candidates: list[dp_event.DpEvent], law: CountLaw, delta: float) -> float:
-    """Epsilon at `delta` of a private selection whose candidates run different mechanisms
-    (several methods, or spaces that change the batch or the epochs): each repetition picks
-    its mechanism independently of the data, so its output is a mixture of theirs, and
-    Renyi divergence is quasi-convex: the mixture's RDP curve lies below the pointwise
-    maximum of theirs. The repeat-and-select bound is applied to that maximum, with
-    dp-accounting's own formula (`_compute_rdp_repeat_and_select`, module-private: pinned by
-    a test to equal the accountant's result for one candidate) and conversion."""
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp
-
-    if not candidates:  # every candidate runs nothing: nothing is released or spent
+def selection_epsilon(candidates: list[dp_event.DpEvent], law: CountLaw, delta: float) -> float:
+    """Epsilon at `delta` of the private selection over `candidates` (`selection_curve`);
+    no candidate (every draw runs nothing) releases nothing and spends nothing."""
+    if not candidates:
         return 0.0
-    absl = logging.getLogger("absl")
-    level = absl.level
-    absl.setLevel(logging.ERROR)
-    try:
-        curves = []
-        for event in candidates:
-            accountant = RdpAccountant()
-            accountant.compose(event)
-            curves.append(accountant._rdp)
-        orders = RdpAccountant()._orders
-        worst = np.max(np.asarray(curves), axis=0)
-        curve = rdp._compute_rdp_repeat_and_select(orders, worst, law.expected, law.shape)
-        return float(rdp.compute_epsilon(orders, curve, delta)[0])
-    finally:
-        absl.setLevel(level)
+    return rdp.epsilon(selection_curve(candidates, law), delta)
 
 
 def calibrate_candidate(
     target: float,
     delta: float,
     law: CountLaw,
-    candidate: Callable[[float], dp_event.DpEvent | list[dp_event.DpEvent]],
+    candidates: Callable[[float], list[dp_event.DpEvent]],
     rel_tol: float = 5e-3,
 ) -> tuple[float, float]:
     """The largest per-candidate budget b (to `rel_tol`) whose selection meets the target:
-    (b, total epsilon at b). `candidate(b)` is the candidate's event at budget b in RDP form
-    (or the list of the distinct candidates' events: `candidates_epsilon`)
-    (it raises `CalibrationError` where the method cannot be calibrated); the total grows with
-    b, so b is bracketed by doubling or halving from `target`, then bisected geometrically.
-    """
+    (b, total epsilon at b). `candidates(b)` is the list of the distinct candidate mechanisms
+    at budget b (`selection_epsilon`; it raises `CalibrationError` where none can be
+    calibrated); the total grows with b, so b is bracketed by doubling or halving from
+    `target`, then bisected geometrically."""
 
     def total(budget: float) -> float:
-        events = candidate(budget)
-        if isinstance(events, list):
-            return candidates_epsilon(events, law, delta)
-        return selection_epsilon(repeat_and_select(events, law), delta)
+        return selection_epsilon(candidates(budget), law, delta)
 
     def fails(budget: float, why: str) -> CalibrationError:
         return CalibrationError(

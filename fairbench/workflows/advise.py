@@ -361,21 +361,26 @@ def plan_text(plan_: Plan) -> str:
 
 def looking_cost(plan_: Plan, out: Path) -> float:
     """Epsilon at the user's delta of everything advise ran on the data: the release's
-    selection composed with every comparison selection (one per method and repeat), by the
-    RDP accountant. The comparison is why it exceeds the user's epsilon."""
+    selection composed with every comparison selection (one per method and repeat that ran a
+    candidate), their RDP curves added (`selection.selection_curve`). The comparison is why
+    it exceeds the user's epsilon."""
     from dp_accounting import dp_event
 
+    from fairbench.privacy import rdp
     from fairbench.privacy.ledger import PrivacyLedger
-    from fairbench.privacy.selection import rdp_form, repeat_and_select, selection_epsilon
+    from fairbench.privacy.selection import selection_curve
 
     assert plan_.joint.count is not None and plan_.comparison.count is not None
-    events = [repeat_and_select(rdp_form(plan_.joint_budget.ledger.event)[0], plan_.joint.count)]
+    curve = selection_curve(plan_.joint_budget.candidate_events(), plan_.joint.count)
     path = out / "comparison" / "private" / "selections.json"
     for record in json.loads(path.read_text()) if path.is_file() else []:
-        candidate = rdp_form(PrivacyLedger.from_json(record["candidate_ledger"]).event)[0]
+        score = dp_event.LaplaceDpEvent(record["score_laplace_scale"])
+        events = [dp_event.ComposedDpEvent([PrivacyLedger.from_json(p).event, score])
+                  for p in record["candidate_plans"]]  # fmt: skip
         ran = sum(1 for r in record["repeats"] if r["count"] > 0)
-        events += [repeat_and_select(candidate, plan_.comparison.count)] * ran
-    return selection_epsilon(dp_event.ComposedDpEvent(events), plan_.request.delta)
+        if events and ran:
+            curve = curve + ran * selection_curve(events, plan_.comparison.count)
+    return rdp.epsilon(curve, plan_.request.delta)
 
 
 def comparison_rows(table: pd.DataFrame) -> list[dict[str, Any]]:

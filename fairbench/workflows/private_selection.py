@@ -19,16 +19,16 @@ private selection (`fairbench.privacy.selection`):
    `unconstrained` method). Its test error is the repeat's result; no candidate within the
    target, or K = 0, releases nothing.
 5. Budget. One candidate (training plus score) is one mechanism Q; the selection is
-   `RepeatAndSelectDpEvent(Q, mean, shape)`, accounted by dp-accounting's RDP accountant (the
-   PLD accountant cannot represent it). A candidate's budget b is split: training is calibrated
-   by the method itself to (1 - score_share) b, the score's Laplace noise has scale
-   1 / (score_share b); b is the largest (by bisection) whose total meets the target epsilon.
+   `RepeatAndSelectDpEvent(Q, mean, shape)`, accounted by RDP (the PLD accountant cannot
+   represent it; `privacy.selection`). Candidates whose plans differ (a space that changes
+   the batch size, the epochs, a Laplace scale) are accounted by the pointwise maximum of
+   their RDP curves. A candidate's budget b is split: training is calibrated by the method
+   itself to (1 - score_share) b, the score's Laplace noise has scale 1 / (score_share b); b
+   is the largest (by bisection) whose total meets the target epsilon.
 
-The bound needs every candidate of a method to run the same accounted mechanism, so a space
-that changes it (batch size, epochs) is refused before anything runs; search such knobs with
-`selection: free`, or fix them in `hparams`. Candidates of several targets are shared to save
-compute: each target's release is (epsilon, delta)-DP on its own, releasing several targets'
-models together is not covered by the stated total.
+Candidates of several targets are shared to save compute: each target's release is
+(epsilon, delta)-DP on its own, releasing several targets' models together is not covered by
+the stated total.
 
 `selection: uncharged` is the twin with tuning not charged (the papers' convention): the same
 counts, candidates, seeds and splits, but every candidate trains at the full epsilon and is
@@ -43,6 +43,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +54,11 @@ from dp_accounting import dp_event
 from fairbench.errors import CalibrationError
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.metrics import VIOLATIONS, error_rate
-from fairbench.privacy import PrivacyLedger
+from fairbench.privacy import PrivacyLedger, rdp
 from fairbench.privacy.selection import (
     ACCOUNTANT,
     PLD_NOTE,
-    RELAXED_NOTE,
     calibrate_candidate,
-    candidates_epsilon,
-    rdp_form,
-    repeat_and_select,
     selection_epsilon,
 )
 from fairbench.privacy.session import PrivacyContractError
@@ -99,20 +96,26 @@ class MethodBudget:
     candidate_epsilon: float  # b: the per-candidate budget the bisection solved for
     training_epsilon: float  # (1 - score_share) b, met by the method's own calibration
     score_scale: float  # Laplace scale of each validation count, 1 / (score_share b)
-    total_epsilon: float  # the selection's epsilon at delta, RDP accountant
-    relaxed: int  # sampled releases accounted without amplification (`rdp_form`)
+    total_epsilon: float  # the selection's epsilon at delta, RDP
     ledger: PrivacyLedger  # the costliest candidate's: its training plan and its score
     plans: tuple[dict, ...] = ()  # every distinct candidate training plan (ledger JSON)
+    plan_of: tuple[tuple[str, int], ...] = ()  # (candidate label `method#i`, index in plans)
 
     def candidate_events(self) -> list[dp_event.DpEvent]:
-        """Each distinct candidate's mechanism, training plus score, in RDP form."""
-        return [_candidate_event(PrivacyLedger.from_json(p), self.score_scale)[0]
+        """Each distinct candidate's mechanism, training plus score."""
+        return [_candidate_event(PrivacyLedger.from_json(p), self.score_scale)
                 for p in self.plans]  # fmt: skip
+
+    def plan_for(self, label: str) -> PrivacyLedger | None:
+        """The training plan candidate `label` (`method#i`) was accounted with; None for a
+        candidate that could not be calibrated at the training epsilon (it runs nothing)."""
+        index = dict(self.plan_of).get(label)
+        return None if index is None else PrivacyLedger.from_json(self.plans[index])
 
     @classmethod
     def uncharged(cls, epsilon: float) -> MethodBudget:
         """`selection: uncharged`: train at the full epsilon, score exactly, charge nothing."""
-        return cls(epsilon, epsilon, 0.0, math.nan, 0, PrivacyLedger())
+        return cls(epsilon, epsilon, 0.0, math.nan, PrivacyLedger())
 
     @property
     def charged(self) -> bool:
@@ -121,10 +124,7 @@ class MethodBudget:
     def notes(self) -> str:
         if not self.charged:
             return f"{NOT_CHARGED}: each candidate at the full epsilon, exact validation scores"
-        parts = [PLD_NOTE]
-        if self.relaxed:
-            parts.append(RELAXED_NOTE.format(n=self.relaxed))
-        return "; ".join(parts)
+        return PLD_NOTE
 
 
 def candidate_seed(repeat: int, index: int) -> int:
@@ -183,72 +183,80 @@ def bare(label: str) -> str:
     return label.replace(SENSITIVE_MARK, "")
 
 
-def _candidate_event(plan: PrivacyLedger, scale: float) -> tuple[dp_event.DpEvent, int]:
-    training, relaxed = rdp_form(plan.event)
-    return dp_event.ComposedDpEvent([training, dp_event.LaplaceDpEvent(scale)]), relaxed
+def _candidate_event(plan: PrivacyLedger, scale: float) -> dp_event.DpEvent:
+    return dp_event.ComposedDpEvent([plan.event, dp_event.LaplaceDpEvent(scale)])
 
 
 def calibrate(config: TuneConfig, spec: TrialSpec, others: list[TrialSpec]) -> MethodBudget:
     """Solve the per-candidate budget b for the config's target epsilon (`spec.epsilon`)
     over the candidates `spec` and `others`, which may run different mechanisms (batch
-    sizes, epochs, even methods): the selection is bounded from the pointwise maximum of
-    their RDP curves (`selection.candidates_epsilon`). A candidate that cannot be calibrated
-    at a budget runs nothing there (it releases nothing and spends nothing). Candidates whose
-    plans agree at the target are represented by one; at the solved budget every candidate's
-    plan is captured and the total recomputed over all of them."""
+    sizes, epochs, Laplace scales, even methods): the selection is bounded from the
+    pointwise maximum of their RDP curves (`selection.selection_curve`). A candidate that
+    cannot be calibrated at a budget runs nothing there (it releases nothing and spends
+    nothing). Candidates whose plans agree at the target are represented by one at each
+    bisection step; at the solved budget every candidate's plan is captured, recorded
+    (`MethodBudget.plan_of`) and the total recomputed over all of them."""
     assert config.count is not None and spec.epsilon is not None
     share = config.score_share
     everyone = [spec, *others]
     # infeasible at the target's training share, a candidate is infeasible at every smaller
     # budget the solution can have (feasibility grows with epsilon)
-    representatives = [s for s, _ in _distinct_plans(everyone, (1 - share) * spec.epsilon)]
+    at_target = (1 - share) * spec.epsilon
+    representatives = list({key: s for s, key, _ in _plans(everyone, at_target)}.values())
+    if not representatives:
+        raise CalibrationError(
+            f"no candidate can be calibrated at training epsilon {at_target:.3g}"
+        )
 
     def candidates(budget: float) -> list[dp_event.DpEvent]:
-        plans = _distinct_plans(representatives, (1 - share) * budget)
-        return [_candidate_event(p, 1 / (share * budget))[0] for _, p in plans]
+        plans = {key: p for _, key, p in _plans(representatives, (1 - share) * budget)}
+        return [_candidate_event(p, 1 / (share * budget)) for p in plans.values()]
 
     budget, _ = calibrate_candidate(spec.epsilon, config.delta, config.count, candidates)
     training, scale = (1 - share) * budget, 1 / (share * budget)
-    plans = [p for _, p in _distinct_plans(everyone, training)]
-    if not plans:
+    planned = _plans(everyone, training)
+    keys = list(dict.fromkeys(key for _, key, _ in planned))  # distinct, in candidate order
+    if not keys:
         raise CalibrationError(f"no candidate can be calibrated at training epsilon {training:.3g}")
+    plans = [next(p for _, k, p in planned if k == key) for key in keys]
     events = [_candidate_event(p, scale) for p in plans]
-    total = candidates_epsilon([e for e, _ in events], config.count, config.delta)
+    total = selection_epsilon(events, config.count, config.delta)
     if total > spec.epsilon * (1 + 1e-9):
         raise CalibrationError(
             f"the candidates' plans at the solved budget spend epsilon {total:.4g} > "
             f"{spec.epsilon:g} (a candidate's plan depends on the budget unlike its "
             "representative's); narrow the space"
         )
-    worst = max(range(len(plans)), key=lambda i: selection_epsilon(events[i][0], config.delta))
+    worst = max(
+        range(len(plans)), key=lambda i: rdp.epsilon(rdp.rdp_curve(events[i]), config.delta)
+    )
     ledger = PrivacyLedger([*plans[worst].entries])
     ledger.record(SCORE_LABEL, dp_event.LaplaceDpEvent(scale))
-    relaxed = max(n for _, n in events)
-    return MethodBudget(budget, training, scale, total, relaxed, ledger,
-                        tuple(p.to_json() for p in plans))  # fmt: skip
+    plan_of = tuple((bare(s.label), keys.index(key)) for s, key, _ in planned)
+    return MethodBudget(budget, training, scale, total, ledger,
+                        tuple(p.to_json() for p in plans), plan_of)  # fmt: skip
 
 
-def _distinct_plans(
-    specs: list[TrialSpec], epsilon: float
-) -> list[tuple[TrialSpec, PrivacyLedger]]:
-    """One (spec, plan) per distinct plan (by its JSON) among the specs that calibrate at
-    `epsilon`."""
-    out: dict[str, tuple[TrialSpec, PrivacyLedger]] = {}
+def _plans(specs: list[TrialSpec], epsilon: float) -> list[tuple[TrialSpec, str, PrivacyLedger]]:
+    """(spec, its plan's key, its plan) for each spec that calibrates at `epsilon`; the key
+    (the plan's JSON) tells distinct plans apart."""
+    out = []
     for spec in specs:
         try:
-            plan = plan_at(spec, epsilon)
+            plan = _plan_at(spec, epsilon)
         except CalibrationError:
             continue
-        out.setdefault(json.dumps(plan.to_json(), sort_keys=True), (spec, plan))
-    return list(out.values())
+        out.append((spec, json.dumps(plan.to_json(), sort_keys=True), plan))
+    return out
 
 
-def total_epsilon(ledger: PrivacyLedger, config: TuneConfig) -> float:
-    """The selection's epsilon from a candidate's ledger and the count law (what
-    `MethodBudget.total_epsilon` records; tests recompute it independently)."""
-    assert config.count is not None
-    candidate = rdp_form(ledger.event)[0]
-    return selection_epsilon(repeat_and_select(candidate, config.count), config.delta)
+@lru_cache(maxsize=4096)
+def _plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
+    """`plan_at`, memoised per process (a `TrialSpec` hashes and compares by value): the
+    bisection asks for a (candidate, budget) again (its last step, the final re-planning,
+    advise's comparison). A calibration error is not cached. Read-only: callers copy
+    before recording on it."""
+    return plan_at(spec, epsilon)
 
 
 def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
@@ -258,8 +266,9 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
     with `skip_uncalibratable`, such a method is left out with a warning instead),
     then train the candidates (OUT/private/<dataset>-eps<e>, resumable runs), select, and write
     tune.yaml, private/selections.json (per method: law, K per repeat, budgets, the
-    candidate's ledger; per repeat and target: every candidate's noisy score and the
-    release), tuning.json and tuning.md. Returns the summary and the failed trials."""
+    costliest candidate's ledger, every distinct training plan and each candidate's
+    (`plan_of`); per repeat and target: every candidate's noisy score and the release),
+    tuning.json and tuning.md. Returns the summary and the failed trials."""
     counts = draw_counts(config)
     draws = sample_configurations(config, max(max(k) for k in counts.values()))
     templates = _templates(config, draws)
@@ -344,7 +353,7 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
                 continue
             cells = np.asarray(row["info"]["val_outcome_cells"])
             if budget.charged:
-                _check_ledger(row, budget, config.delta)
+                _check_ledger(row, budget)
                 rng = numpy_stream(row["seed"], SCORE_STREAM)
                 cells = noisy_cells(cells, budget.score_scale, rng)
             error, violation = score(cells, config.constraint)
@@ -373,21 +382,21 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
             "delta": config.delta, "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
             "candidate_ledger": budget.ledger.to_json(), "candidate_plans": list(budget.plans),
+            "plan_of": dict(budget.plan_of),
             "repeats": repeats}  # fmt: skip
 
 
-def _check_ledger(row: dict, budget: MethodBudget, delta: float) -> None:
-    """A candidate's recorded training ledger is one of the mechanisms the selection was
-    accounted for (its RDP epsilon equals a calibrated plan's), or the stated total would be
-    wrong."""
-    recorded = rdp_form(PrivacyLedger.from_json(row["ledger"]).event)[0]
-    got = selection_epsilon(recorded, delta)
-    planned = [selection_epsilon(rdp_form(PrivacyLedger.from_json(p).event)[0], delta)
-               for p in budget.plans]  # fmt: skip
-    if not any(math.isclose(got, want, rel_tol=1e-9) for want in planned):
+def _check_ledger(row: dict, budget: MethodBudget) -> None:
+    """A candidate's recorded training ledger is the plan the selection accounted it with (the
+    same RDP curve as `budget.plan_for` its label), or the stated total would be wrong."""
+    label = bare(row["label"])
+    planned = budget.plan_for(label)
+    recorded = rdp.rdp_curve(PrivacyLedger.from_json(row["ledger"]).event)
+    if planned is None or not np.allclose(recorded, rdp.rdp_curve(planned.event),
+                                          rtol=1e-9, atol=0.0):  # fmt: skip
         raise PrivacyContractError(
-            f"candidate {row['label']} (seed {row['seed']}) recorded a training ledger of RDP "
-            f"epsilon {got:.6g}, none of the plans its selection was accounted for"
+            f"candidate {label} (seed {row['seed']}) recorded a training ledger other than "
+            "the plan its selection was accounted with"
         )
 
 
