@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,15 +44,13 @@ from fairbench.runner.execute import execute
 from fairbench.runner.trial import SPLIT_SEED, TrialSpec, load_task
 from fairbench.streams import numpy_stream
 from fairbench.workflows.private_selection import (
-    SCORE_STREAM,
     MethodBudget,
-    _templates,
     bare,
     calibrate,
     candidate_seed,
-    noisy_cells,
+    candidate_templates,
     run_private,
-    score,
+    validation_score,
 )
 from fairbench.workflows.tune import MethodSpace, TuneConfig, choose, sample_configurations
 
@@ -169,7 +168,7 @@ def plan(request: Request) -> Plan:
     if not 0 < request.tau < 1:
         raise ConfigError(f"--tau is an allowed violation in (0, 1), got {request.tau:g}")
     probe = _tune_config(request, [MethodSpace(name="dp-sgd")], "advise", 1.0, [0, 1])
-    probe_spec = _templates(probe, sample_configurations(probe, 1))
+    probe_spec = candidate_templates(probe, sample_configurations(probe, 1))
     task = load_task(next(iter(probe_spec.values())))
     n_train = len(task.train)
     methods, skipped = applicable(request.constraint, request.allow_sensitive_at_test, n_train,
@@ -184,10 +183,9 @@ def plan(request: Request) -> Plan:
             "the release's candidate count came out 0 (a Poisson draw): nothing would be "
             "released; run again with another --seed or a larger --budget"
         )
-    per_label = {label: 1 + max(int(c.rsplit("#", 1)[1]) for c in labels if c.startswith(
-        label + "#")) for label in {c.rsplit("#", 1)[0] for c in labels}}  # fmt: skip
+    per_label = Counter(c.rsplit("#", 1)[0] for c in labels)  # draws each method needs
     draws = sample_configurations(joint, max(per_label.values()))
-    templates = _templates(joint, draws)
+    templates = candidate_templates(joint, draws)
     candidates = [templates[(task_name(request), request.epsilon, c)] for c in labels]
     budget = calibrate(joint, candidates[0], candidates[1:])
     specs = [replace(spec, epsilon=budget.training_epsilon, seed=candidate_seed(JOINT_REPEAT, i),
@@ -218,9 +216,7 @@ def release(plan_: Plan, out: Path, workers: int, quiet: bool) -> dict[str, Any]
             candidates.append({"label": bare(spec.label), "trial_id": spec.trial_id,
                                "status": reason})  # fmt: skip
             continue
-        cells = noisy_cells(np.asarray(row["info"]["val_outcome_cells"]), budget.score_scale,
-                            numpy_stream(row["seed"], SCORE_STREAM))  # fmt: skip
-        error, violation = score(cells, plan_.request.constraint)
+        error, violation = validation_score(row, budget, plan_.request.constraint)
         candidates.append({
             "label": bare(spec.label), "trial_id": spec.trial_id, "status": "done",
             "method": row["method"], "hparams": row["hparams"], "knob": row["knob"],

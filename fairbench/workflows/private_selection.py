@@ -169,7 +169,7 @@ def score(cells: np.ndarray, constraint: str) -> tuple[float, float]:
     return error, float(VIOLATIONS[constraint](labels, preds, groups, weight))
 
 
-def _templates(config: TuneConfig, draws: dict[str, list[dict]]) -> dict[tuple, TrialSpec]:
+def candidate_templates(config: TuneConfig, draws: dict[str, list[dict]]) -> dict[tuple, TrialSpec]:
     """(dataset, epsilon, candidate label `method#i`) -> its trial spec as the free search
     would run it on the first repeat's seed (hyper-parameters, knob, dataset options)."""
     one_seed = config.model_copy(update={"search_seeds": [config.final_seeds[0]]})
@@ -271,7 +271,7 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
     tuning.json and tuning.md. Returns the summary and the failed trials."""
     counts = draw_counts(config)
     draws = sample_configurations(config, max(max(k) for k in counts.values()))
-    templates = _templates(config, draws)
+    templates = candidate_templates(config, draws)
     budgets: dict[tuple[str, float, str], MethodBudget] = {}
     for dataset, eps, label in sorted({(d, e, lab.rsplit("#", 1)[0]) for d, e, lab in templates}):
         if config.selection == "uncharged":
@@ -351,12 +351,7 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
                                    "test_error": math.nan, "test_violation": math.nan,
                                    INFEASIBLE: row[INFEASIBLE].splitlines()[-1]})  # fmt: skip
                 continue
-            cells = np.asarray(row["info"]["val_outcome_cells"])
-            if budget.charged:
-                _check_ledger(row, budget)
-                rng = numpy_stream(row["seed"], SCORE_STREAM)
-                cells = noisy_cells(cells, budget.score_scale, rng)
-            error, violation = score(cells, config.constraint)
+            error, violation = validation_score(row, budget, config.constraint)
             candidates.append({
                 "label": row["label"], "hparams": row["hparams"], "knob": row["knob"],
                 "val_error": error, "val_violation": violation, "test_error": row["test_error"],
@@ -384,6 +379,17 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             "candidate_ledger": budget.ledger.to_json(), "candidate_plans": list(budget.plans),
             "plan_of": dict(budget.plan_of),
             "repeats": repeats}  # fmt: skip
+
+
+def validation_score(row: dict, budget: MethodBudget, constraint: str) -> tuple[float, float]:
+    """A finished candidate's validation (error, violation) from its exact counts; when the
+    selection is charged, its ledger is first checked against its plan and the counts get the
+    score's Laplace noise from the candidate's own stream."""
+    cells = np.asarray(row["info"]["val_outcome_cells"])
+    if budget.charged:
+        _check_ledger(row, budget)
+        cells = noisy_cells(cells, budget.score_scale, numpy_stream(row["seed"], SCORE_STREAM))
+    return score(cells, constraint)
 
 
 def _check_ledger(row: dict, budget: MethodBudget) -> None:
