@@ -92,6 +92,46 @@ def test_an_infeasible_draw_is_a_candidate_that_releases_nothing(tmp_path):
             assert "infeasible" not in r["candidates"][chosen]
 
 
+LEAVE_OUT = {
+    **BASE, "epsilons": [0.3], "selection": "private",
+    "methods": [*BASE["methods"],
+                {"name": "raco-dp", "hparams": {"epochs": 1, "batch_size": 256,
+                                                "calibrate": "noise"},
+                 "space": {"laplace_scale": [1.0], "knob": [0.1]}}],
+}  # fmt: skip
+
+
+def test_an_uncalibratable_method_refuses_the_tune_unless_left_out(tmp_path):
+    """raco-dp with Laplace scale 1 cannot be calibrated at a share of epsilon 0.3: by default
+    the tune stops before writing anything; with `uncalibratable: leave_out` the method is
+    recorded as releasing nothing in every repeat (ranked nowhere), runs no trial, and the
+    other method is selected as usual."""
+    from fairbench.errors import CalibrationError
+
+    with pytest.raises(CalibrationError, match=r"method raco-dp on synthetic at epsilon 0\.3"):
+        run_private(TuneConfig.model_validate(LEAVE_OUT), tmp_path / "refused", 1, True)
+    assert not (tmp_path / "refused").exists()
+
+    warnings = []
+    config = TuneConfig.model_validate({**LEAVE_OUT, "uncalibratable": "leave_out"})
+    _table, failures = run_private(config, tmp_path / "out", 1, True, warn=warnings.append)
+    assert failures == [] and len(warnings) == 1 and "left out: method raco-dp" in warnings[0]
+    by_method = {r["method"]: r for r in records(tmp_path / "out")}
+    left = by_method["raco-dp"]
+    assert "calibrat" in left["left_out"] and left["total_epsilon"] == 0.0
+    assert all(r["candidates"] == [] and r["released"] == {"0.3": None}
+               for r in left["repeats"])  # fmt: skip
+    assert sum(r["count"] for r in left["repeats"]) > 0  # drawn, never run
+    assert by_method["dp-sgd"]["left_out"] is None
+    ran = finished_rows(tmp_path / "out" / "private" / "synthetic-eps0.3", "test")
+    assert ran and {r["method"] for r in ran} == {"dp-sgd"}
+    table = summary_rows(released_frame(tmp_path / "out")).set_index("method")
+    assert table.loc["raco-dp", "satisfied_fraction"] == 0.0
+    assert table.loc["raco-dp", "released"] == 0 and math.isnan(table.loc["raco-dp", "rank"])
+    assert "calibrat" in table.loc["raco-dp", "left_out"]
+    assert "left out: " in (tmp_path / "out" / "tuning.md").read_text()
+
+
 def test_the_figure_table_has_the_issue_columns_and_pairs_the_arms(arms):
     released = pd.concat([released_frame(arms["private"]), released_frame(arms["uncharged"])])
     table = summary_rows(released)
@@ -130,6 +170,7 @@ def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_
                 candidate_epsilon=0.4,
                 total_epsilon=1.0,
                 accountant="rdp",
+                left_out=None,
             )
     table = summary_rows(pd.DataFrame(rows)).set_index("method")
     assert table.loc["a", "satisfied_fraction"] == 0.5 and table.loc["a", "rank"] == 1

@@ -9,7 +9,9 @@ split): test error (mean and 95% t-interval over the repeats that released a mod
 violation, the fraction of ALL repeats whose released model held tau on test (a repeat that
 released nothing counts as missing it), and the rank among methods. Ranked are the methods
 whose released models held tau in at least half the repeats, by mean test error; the others
-have no rank (a low error bought by violating the target never wins).
+have no rank (a low error bought by violating the target never wins). A method that paid
+tuning leaves out (`uncalibratable: leave_out`: no candidate calibrates at the per-candidate
+budget the total allows) released nothing in every repeat; its row says why (`left_out`).
 
 It reads only what tune wrote (tune.yaml, private/selections.json); nothing is re-run.
 """
@@ -32,7 +34,7 @@ from fairbench.report.privacy_cost import dataset_key
 COLUMNS = ["dataset", "method", "epsilon", "selection", "test_error_mean", "ci_low", "ci_high",
            "violation_mean", "satisfied_fraction", "rank", "tau", "released", "repeats",
            "uses_sensitive_at_test", "candidates_mean", "candidate_epsilon", "total_epsilon",
-           "accountant"]  # fmt: skip
+           "accountant", "left_out"]  # fmt: skip
 SELECTIONS = {"uncharged": "free", "private": "paid"}
 RANKED_FROM = 0.5  # satisfied fraction a method needs to be ranked
 
@@ -70,6 +72,7 @@ def released_frame(out: Path) -> pd.DataFrame:
                     "candidate_epsilon": record["candidate_epsilon"],
                     "total_epsilon": record["total_epsilon"],
                     "accountant": record["accountant"] if selection == "private" else "",
+                    "left_out": record.get("left_out"),
                 })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -94,6 +97,7 @@ def summary_rows(released: pd.DataFrame) -> pd.DataFrame:
             "candidate_epsilon": float(group["candidate_epsilon"].iloc[0]),
             "total_epsilon": float(group["total_epsilon"].iloc[0]),
             "accountant": group["accountant"].iloc[0],
+            "left_out": group["left_out"].iloc[0],
         })  # fmt: skip
     table = pd.DataFrame(out)
     table["rank"] = math.nan
@@ -260,7 +264,9 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
                     continue
                 r = row.iloc[0]
                 held = round(r["satisfied_fraction"] * r["repeats"])
-                cells += [_fmt(r["test_error_mean"], r["ci_low"], r["ci_high"]),
+                error = ("no candidate calibrates" if isinstance(r["left_out"], str)
+                         else _fmt(r["test_error_mean"], r["ci_low"], r["ci_high"]))  # fmt: skip
+                cells += [error,
                           f"{held}/{r['repeats']}",
                           "" if math.isnan(r["rank"]) else f"{r['rank']:.0f}"]  # fmt: skip
             c = cost[(cost["dataset"] == dataset) & (cost["method"] == method)

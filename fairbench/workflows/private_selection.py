@@ -100,6 +100,7 @@ class MethodBudget:
     ledger: PrivacyLedger  # the costliest candidate's: its training plan and its score
     plans: tuple[dict, ...] = ()  # every distinct candidate training plan (ledger JSON)
     plan_of: tuple[tuple[str, int], ...] = ()  # (candidate label `method#i`, index in plans)
+    left_out: str | None = None  # why no candidate could be calibrated: nothing runs
 
     def candidate_events(self) -> list[dp_event.DpEvent]:
         """Each distinct candidate's mechanism, training plus score."""
@@ -117,11 +118,19 @@ class MethodBudget:
         """`selection: uncharged`: train at the full epsilon, score exactly, charge nothing."""
         return cls(epsilon, epsilon, 0.0, math.nan, PrivacyLedger())
 
+    @classmethod
+    def leaving_out(cls, reason: str) -> MethodBudget:
+        """`uncalibratable: leave_out`: no candidate runs, every repeat releases nothing, and
+        nothing is spent on the data."""
+        return cls(math.nan, math.nan, math.nan, 0.0, PrivacyLedger(), left_out=reason)
+
     @property
     def charged(self) -> bool:
-        return self.score_scale > 0
+        return self.score_scale > 0 or self.left_out is not None
 
     def notes(self) -> str:
+        if self.left_out is not None:
+            return f"left out, no candidate calibrates: {self.left_out}"
         if not self.charged:
             return f"{NOT_CHARGED}: each candidate at the full epsilon, exact validation scores"
         return PLD_NOTE
@@ -263,7 +272,8 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
                 warn: Callable[[str], None] = print,
                 skip_uncalibratable: bool = False) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
     """Calibrate every (dataset, epsilon, method) first (nothing is written when one fails;
-    with `skip_uncalibratable`, such a method is left out with a warning instead),
+    with `skip_uncalibratable`, such a method is left out with a warning instead,
+    or under `uncalibratable: leave_out`, recorded as releasing nothing in every repeat),
     then train the candidates (OUT/private/<dataset>-eps<e>, resumable runs), select, and write
     tune.yaml, private/selections.json (per method: law, K per repeat, budgets, the
     costliest candidate's ledger, every distinct training plan and each candidate's
@@ -283,10 +293,11 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
             budgets[(dataset, eps, label)] = calibrate(config, specs[0], specs[1:])
         except CalibrationError as exc:
             message = f"method {label} on {dataset} at epsilon {eps:g}: {exc}"
-            if not skip_uncalibratable:
+            if not (skip_uncalibratable or config.uncalibratable == "leave_out"):
                 raise CalibrationError(message) from None
             warn(f"left out: {message}")
-    if not budgets:
+            budgets[(dataset, eps, label)] = MethodBudget.leaving_out(str(exc))
+    if all(b.left_out is not None for b in budgets.values()):
         raise CalibrationError("no method can be calibrated for private selection here")
     with run_lock(out):
         write_tune_config(out, config)
@@ -297,6 +308,8 @@ def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.Da
     failures: list[str] = []
     runs: dict[tuple[str, float], list[TrialSpec]] = {}
     for (dataset, eps, label), budget in budgets.items():
+        if budget.left_out is not None:
+            continue
         for repeat, k in zip(config.final_seeds, counts[label], strict=True):
             for i in range(k):
                 spec = templates[(dataset, eps, f"{label}#{i}")]
@@ -341,7 +354,7 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
     repeats = []
     for repeat, k in zip(config.final_seeds, counts, strict=True):
         candidates = []
-        for i in range(k):
+        for i in range(0 if budget.left_out is not None else k):
             row = rows.get((dataset, f"{label}#{i}", candidate_seed(repeat, i)))
             if row is None:
                 break
@@ -358,7 +371,7 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
                 "test_violation": row["test_violation"],
                 "uses_sensitive_at_test": row["uses_sensitive_at_test"],
             })  # fmt: skip
-        complete = len(candidates) == k
+        complete = budget.left_out is None and len(candidates) == k
         releases = {}
         for target in config.targets:
             frame = pd.DataFrame(candidates, columns=["label", "val_error", "val_violation",
@@ -377,7 +390,7 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
             "delta": config.delta, "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
             "candidate_ledger": budget.ledger.to_json(), "candidate_plans": list(budget.plans),
-            "plan_of": dict(budget.plan_of),
+            "plan_of": dict(budget.plan_of), "left_out": budget.left_out,
             "repeats": repeats}  # fmt: skip
 
 
@@ -443,6 +456,7 @@ def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> lis
             "training_epsilon": budget.training_epsilon,
             "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
             "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
+            "left_out": budget.left_out,
         })  # fmt: skip
     return out
 
@@ -490,6 +504,11 @@ def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
                   "total ε (RDP) |",
                   "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         for r in group.itertuples(index=False):
+            if isinstance(r.left_out, str):
+                lines.append(f"| {r.method} | {' '.join(str(k) for k in r.candidates_drawn)} | "
+                             f"0 / {len(r.candidates_drawn)} | left out: {r.left_out} |"
+                             + " |" * 7)  # fmt: skip
+                continue
             test = ("" if pd.isna(r.test_error) else
                     f"{r.test_error:.4f} ± {r.test_error_ci95:.4f}")  # fmt: skip
             violation = ("" if pd.isna(r.test_violation) else

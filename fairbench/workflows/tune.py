@@ -131,6 +131,9 @@ class TuneConfig(_Strict):
     selection: Literal["free", "private", "uncharged"] = "free"
     count: CountLaw | None = None  # the law of the number of candidates, for private
     score_share: float = Field(SCORE_SHARE, gt=0, lt=1)  # of a candidate's budget, for its score
+    # a method none of whose candidates can be calibrated at an epsilon under private
+    # selection: refuse the whole tune (error) or record it as releasing nothing (leave_out)
+    uncalibratable: Literal["error", "leave_out"] = "error"
 
     @field_validator("datasets", mode="before")
     @classmethod
@@ -161,6 +164,8 @@ class TuneConfig(_Strict):
             raise ValueError("count applies to selection: private or uncharged only")
         if self.selection != "private" and self.score_share != SCORE_SHARE:
             raise ValueError("score_share applies to selection: private only")
+        if self.selection != "private" and self.uncalibratable != "error":
+            raise ValueError("uncalibratable applies to selection: private only")
         return self
 
 
