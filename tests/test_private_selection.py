@@ -316,3 +316,19 @@ def test_charge_tuning_with_private_selection_is_refused_and_writes_nothing(cli,
     assert code == 2
     assert err.strip().startswith("error: --charge-tuning") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_calibrations_in_worker_processes_come_back_in_job_order():
+    """Several (epsilon, method) calibrations run in a spawned pool (each is deterministic):
+    each result is its own job's, a total tight under that job's epsilon, with every
+    candidate's plan recorded."""
+    from fairbench.workflows.private_selection import _calibrate_all, candidate_templates
+    from fairbench.workflows.tune import sample_configurations
+
+    config = TuneConfig.model_validate({**BASE, "epsilons": [1.0, 3.0]})
+    templates = candidate_templates(config, sample_configurations(config, 2))
+    jobs = [[templates[("synthetic", eps, f"dp-sgd#{i}")] for i in range(2)] for eps in (1.0, 3.0)]
+    low, high = _calibrate_all(config, jobs, 2)
+    assert 0.99 <= low.total_epsilon <= 1.0 and 2.97 <= high.total_epsilon <= 3.0
+    assert low.candidate_epsilon < high.candidate_epsilon
+    assert [label for label, _ in low.plan_of] == ["dp-sgd#0", "dp-sgd#1"]

@@ -78,6 +78,8 @@ def advise(
         say(f"note: {notice}", soft_wrap=True)
     request = flow.Request(entry, epsilon, constraint, tau, delta, budget, repeats,
                            allow_sensitive_at_test, seed, tuple(method or ()))  # fmt: skip
+    if not quiet:
+        say("calibrating the release's private selection to your epsilon (a minute or two)")
     plan = flow.plan(request)
     flow.estimate(plan)
     say(flow.plan_text(plan), soft_wrap=True)
@@ -87,7 +89,8 @@ def advise(
             f"{max_time:g}; lower --repeats or --budget, or raise --max-time"
         )
     out = out or Path(f"advise-{data.stem}")
-    record, table = flow.run_advice(plan, out, workers or default_workers(), quiet or as_json)
+    record, table = flow.run_advice(plan, out, workers or default_workers(), quiet or as_json,
+                                    lambda line: say(line, soft_wrap=True))  # fmt: skip
     spent = flow.looking_cost(plan, out)
     report = flow.write_report(plan, record, table, spent, out)
     if as_json:

@@ -25,6 +25,7 @@ import json
 import math
 import shutil
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -297,10 +298,16 @@ def _effort(comparison: Path) -> tuple[dict[str, float], dict[str, float]]:
     return means, walls
 
 
-def run_advice(plan_: Plan, out: Path, workers: int, quiet: bool) -> tuple[dict, pd.DataFrame]:
+def run_advice(plan_: Plan, out: Path, workers: int, quiet: bool,
+               say: Callable[[str], None] = print) -> tuple[dict, pd.DataFrame]:  # fmt: skip
     """The release first (it is what the user keeps), then the comparison."""
     with run_lock(out):
+        if not quiet:
+            say(f"release: training {len(plan_.joint_specs)} candidates")
         record = release(plan_, out, workers, quiet)
+        if not quiet:
+            say(f"comparison: calibrating {len(plan_.methods)} methods' private selections, "
+                "then training their candidates")  # fmt: skip
         table = compare(plan_, out, workers, quiet)
     return record, table
 
@@ -387,6 +394,7 @@ def comparison_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
             "violation": r.test_violation, "satisfied": r.satisfied_fraction,
             "released": f"{r.feasible}/{len(r.candidates_drawn)}",
             "steps": r.steps_mean, "wall_seconds": r.wall_seconds,
+            "left_out": r.left_out if isinstance(r.left_out, str) else None,
         })  # fmt: skip
     return out
 
@@ -404,8 +412,9 @@ def comparison_text(table: pd.DataFrame, spent: float, plan_: Plan) -> str:
              f"{'method':<28} {'test error':>17} {'violation':>9} {'held tau':>8} "
              f"{'released':>8} {'steps':>7} {'wall s':>7}"]  # fmt: skip
     for row in comparison_rows(table):
-        error = (f"{row['test_error']:.3f} ± {row['ci95']:.3f}"
-                 if not math.isnan(row["test_error"]) else "none released")  # fmt: skip
+        error = ("cannot calibrate" if row["left_out"] else "none released"
+                 if math.isnan(row["test_error"]) else
+                 f"{row['test_error']:.3f} ± {row['ci95']:.3f}")  # fmt: skip
         lines.append(
             f"{row['method']:<28} {error:>17} {_num(row['violation'], '.3f'):>9} "
             f"{_num(row['satisfied'], '.0%'):>8} {row['released']:>8} "

@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -70,6 +72,7 @@ from fairbench.runner.config import expand
 from fairbench.runner.execute import execute
 from fairbench.runner.preflight import plan_at
 from fairbench.runner.trial import SPLIT_SEED, TrialSpec
+from fairbench.runner.worker import init_worker
 from fairbench.streams import numpy_stream
 from fairbench.workflows.tune import (
     TuneConfig,
@@ -282,26 +285,48 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
     counts = draw_counts(config)
     draws = sample_configurations(config, max(max(k) for k in counts.values()))
     templates = candidate_templates(config, draws)
+    keys = sorted({(d, e, lab.rsplit("#", 1)[0]) for d, e, lab in templates})
+    if config.selection == "uncharged":
+        solved: list[MethodBudget | str] = [MethodBudget.uncharged(eps) for _, eps, _ in keys]
+    else:
+        jobs = [[templates[(dataset, eps, f"{label}#{i}")]
+                 for i in range(max(max(counts[label]), 1))]
+                for dataset, eps, label in keys]  # fmt: skip
+        solved = _calibrate_all(config, jobs, workers)
     budgets: dict[tuple[str, float, str], MethodBudget] = {}
-    for dataset, eps, label in sorted({(d, e, lab.rsplit("#", 1)[0]) for d, e, lab in templates}):
-        if config.selection == "uncharged":
-            budgets[(dataset, eps, label)] = MethodBudget.uncharged(eps)
-            continue
-        needed = max(max(counts[label]), 1)
-        specs = [templates[(dataset, eps, f"{label}#{i}")] for i in range(needed)]
-        try:
-            budgets[(dataset, eps, label)] = calibrate(config, specs[0], specs[1:])
-        except CalibrationError as exc:
-            message = f"method {label} on {dataset} at epsilon {eps:g}: {exc}"
+    for (dataset, eps, label), budget in zip(keys, solved, strict=True):
+        if isinstance(budget, str):
+            message = f"method {label} on {dataset} at epsilon {eps:g}: {budget}"
             if not (skip_uncalibratable or config.uncalibratable == "leave_out"):
-                raise CalibrationError(message) from None
+                raise CalibrationError(message)
             warn(f"left out: {message}")
-            budgets[(dataset, eps, label)] = MethodBudget.leaving_out(str(exc))
+            budget = MethodBudget.leaving_out(budget)
+        budgets[(dataset, eps, label)] = budget
     if all(b.left_out is not None for b in budgets.values()):
         raise CalibrationError("no method can be calibrated for private selection here")
     with run_lock(out):
         write_tune_config(out, config)
         return _run(config, out, counts, templates, budgets, workers, quiet)
+
+
+def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]],
+                   workers: int) -> list[MethodBudget | str]:  # fmt: skip
+    """Each job's calibration (its candidates' specs) or the reason it has none. The jobs are
+    independent and deterministic, and each takes seconds to minutes (the methods' own noise
+    calibration inside the bisection), so several run in spawned worker processes."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [_calibrate_or_reason(config, specs) for specs in jobs]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
+                             initializer=init_worker) as pool:  # fmt: skip
+        return list(pool.map(_calibrate_or_reason, [config] * len(jobs), jobs))
+
+
+def _calibrate_or_reason(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget | str:
+    try:
+        return calibrate(config, specs[0], specs[1:])
+    except CalibrationError as exc:
+        return str(exc)
 
 
 def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.DataFrame, list[str]]:
