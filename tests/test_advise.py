@@ -64,12 +64,12 @@ def test_the_release_is_one_selection_at_the_users_epsilon_and_its_model_is_save
     assert release["count"] == len(release["candidates"]) >= 1
     assert {c["label"].split("#")[0] for c in release["candidates"]} <= {"dp-sgd", "cgoo"}
     assert result["methods"] == ["dp-sgd", "cgoo"]
-    if result["recommendation"] is not None:
-        assert (out / "model" / "parameters.pt").is_file()
-        state = torch.load(out / "model" / "parameters.pt", weights_only=False)
-        assert state["components"]
-        ledger = json.loads((out / "model" / "ledger.json").read_text())
-        assert ledger["total_epsilon"] == release["total_epsilon"]
+    # seeded: K = 2, both dp-sgd, both within tau on their noisy scores
+    assert result["recommendation"] == "dp-sgd" == release["released"]["method"]
+    state = torch.load(out / "model" / "parameters.pt", weights_only=False)
+    assert state["components"]
+    ledger = json.loads((out / "model" / "ledger.json").read_text())
+    assert ledger["total_epsilon"] == release["total_epsilon"]
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
