@@ -17,6 +17,11 @@ endif
 	fig-credit-parkinsons table-step-time \
 	table-datasets fig-multigroup fig-acs fig-dp-fermi fig-dpse tune-adult-dp
 
+# One BLAS/OpenMP thread per process wherever processes run one per core (pytest -n auto, the
+# tune workers): multi-threaded OpenBLAS oversubscribes the cores (fairlearn's logistic fits
+# on Adult took 2.1 s instead of 0.035 s; the fairlearn test ran 83 s instead of 12 s).
+SINGLE_THREADED := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -30,7 +35,7 @@ run: install
 	$(BIN)/fairbench run $(CONFIG) $(if $(WORKERS),--workers $(WORKERS))
 
 test: install
-	$(BIN)/python -m pytest -q -n auto
+	$(SINGLE_THREADED) $(BIN)/python -m pytest -q -n auto
 
 lint: install
 	$(BIN)/ruff check .
@@ -77,12 +82,9 @@ tune-adult-dp: install
 # re-running resumes, skipping finished trials) into results/tune/privacy-cost/<name>/, then
 # per dataset a CSV, a figure per model and a note in results/figures/fig-privacy-cost/.
 # `make privacy-cost-<name>` tunes one dataset alone and writes the wall seconds of that
-# invocation to its wall_seconds.txt (a resumed run times only what was left). Single-threaded
-# BLAS: with one worker per core, multi-threaded OpenBLAS oversubscribes the cores
-# (fairlearn-eg's logistic fits took 2.1 s instead of 0.035 s on Adult n_train 5000).
+# invocation to its wall_seconds.txt (a resumed run times only what was left).
 PRIVACY_COST := german adult2k adult5k adult5k-mlp compas parkinsons credit adult heart
 PRIVACY_COST_TUNES := $(addprefix privacy-cost-,$(PRIVACY_COST))
-PRIVACY_COST_ENV := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 .PHONY: fig-privacy-cost $(PRIVACY_COST_TUNES)
 
 fig-privacy-cost: $(PRIVACY_COST_TUNES)
@@ -91,7 +93,7 @@ fig-privacy-cost: $(PRIVACY_COST_TUNES)
 $(PRIVACY_COST_TUNES): privacy-cost-%: install
 	@mkdir -p results/tune/privacy-cost/$*
 	start=$$(date +%s); \
-	$(PRIVACY_COST_ENV) $(BIN)/fairbench tune privacy-cost-$* --out results/tune/privacy-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
+	$(SINGLE_THREADED) $(BIN)/fairbench tune privacy-cost-$* --out results/tune/privacy-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
 	echo $$(( $$(date +%s) - start )) > results/tune/privacy-cost/$*/wall_seconds.txt
 
 # fig-tuning-cost (issue 24): what paying for tuning costs. Per dataset two tune outputs with
@@ -108,7 +110,7 @@ fig-tuning-cost: $(TUNING_COST_TUNES)
 $(TUNING_COST_TUNES): tuning-cost-%: install
 	@mkdir -p results/tune/tuning-cost/$*
 	start=$$(date +%s); \
-	$(PRIVACY_COST_ENV) $(BIN)/fairbench tune tuning-cost-$* --out results/tune/tuning-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
+	$(SINGLE_THREADED) $(BIN)/fairbench tune tuning-cost-$* --out results/tune/tuning-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
 	echo $$(( $$(date +%s) - start )) > results/tune/tuning-cost/$*/wall_seconds.txt
 
 # fig-literature (issue 23): the baselines the seed papers claim to beat (Jagielski et al.,
@@ -125,7 +127,7 @@ fig-literature: $(addprefix tune-,$(LITERATURE))
 $(addprefix tune-,$(LITERATURE)): tune-%: install
 	@mkdir -p results/tune/$*
 	start=$$(date +%s); \
-	$(PRIVACY_COST_ENV) $(BIN)/fairbench tune $* --out results/tune/$* $(if $(WORKERS),--workers $(WORKERS)) && \
+	$(SINGLE_THREADED) $(BIN)/fairbench tune $* --out results/tune/$* $(if $(WORKERS),--workers $(WORKERS)) && \
 	echo $$(( $$(date +%s) - start )) > results/tune/$*/wall_seconds.txt
 
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
