@@ -76,6 +76,10 @@ def test_the_release_is_one_selection_at_the_users_epsilon_and_its_model_is_save
 def test_the_comparison_costs_more_than_the_release_and_says_so(advised):
     out, result = advised
     assert {row["method"] for row in result["comparison"]} == {"dp-sgd", "cgoo"}
+    for row in result["comparison"]:  # a repeat that released nothing is a miss
+        released, repeats = map(int, row["released"].split("/"))
+        assert repeats == 2 and row["held"] <= released
+        assert row["satisfied"] == row["held"] / repeats
     assert result["epsilon_spent_on_data"] > result["release"]["total_epsilon"]
     assert "Privacy spent on this data" in (out / "report.md").read_text()
 

@@ -81,7 +81,8 @@ def advise(
     if not quiet:
         say("calibrating the release's private selection to your epsilon (a minute or two)")
     plan = flow.plan(request)
-    flow.estimate(plan)
+    workers = workers or default_workers()
+    flow.estimate(plan, workers)
     say(flow.plan_text(plan), soft_wrap=True)
     if max_time is not None and plan.estimated_seconds and plan.estimated_seconds > max_time:
         raise ConfigError(
@@ -89,7 +90,7 @@ def advise(
             f"{max_time:g}; lower --repeats or --budget, or raise --max-time"
         )
     out = out or Path(f"advise-{data.stem}")
-    record, table = flow.run_advice(plan, out, workers or default_workers(), quiet or as_json,
+    record, table = flow.run_advice(plan, out, workers, quiet or as_json,
                                     lambda line: say(line, soft_wrap=True))  # fmt: skip
     spent = flow.looking_cost(plan, out)
     report = flow.write_report(plan, record, table, spent, out)
