@@ -47,8 +47,9 @@ def duration(seconds: float) -> str:
 class PlainProgress:
     """Progress lines on stderr, at most one per `interval` seconds, plus the final one."""
 
-    def __init__(self, total: int, interval: float, clock: Callable[[], float] = time.monotonic):
-        self.total, self.interval, self.clock = total, interval, clock
+    def __init__(self, total: int, interval: float, clock: Callable[[], float] = time.monotonic,
+                 noun: str = "trials"):  # fmt: skip
+        self.total, self.interval, self.clock, self.noun = total, interval, clock, noun
         self.done = self.failed = 0
         self.start = self.last = clock()
         self.shown: int | None = None  # `done` at the last line printed
@@ -67,8 +68,8 @@ class PlainProgress:
         elapsed = self.clock() - self.start
         eta = duration(elapsed / self.done * (self.total - self.done)) if self.done else "?"
         percent = 100 * self.done / self.total if self.total else 100.0
-        return (f"trials {self.done}/{self.total} ({percent:.0f}%) elapsed {duration(elapsed)} "
-                f"eta {eta}, {self.failed} failed")  # fmt: skip
+        return (f"{self.noun} {self.done}/{self.total} ({percent:.0f}%) elapsed "
+                f"{duration(elapsed)} eta {eta}, {self.failed} failed")  # fmt: skip
 
     def show(self) -> None:
         print(self.line(), file=sys.stderr, flush=True)
@@ -90,18 +91,18 @@ def progress_interval() -> float:
 
 
 @contextmanager
-def trial_progress(total: int, quiet: bool) -> Iterator[Advance]:
-    """`advance(failed)` for each of `total` trials, shown as the output allows (module
-    docstring); nothing when `quiet`."""
+def trial_progress(total: int, quiet: bool, noun: str = "trials") -> Iterator[Advance]:
+    """`advance(failed)` for each of `total` trials (or other units of work, `noun`), shown as
+    the output allows (module docstring); nothing when `quiet`."""
     if quiet:
         yield lambda failed: None
     elif get_console().is_terminal:
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())  # fmt: skip
         with Progress(*columns) as bar:
-            task = bar.add_task("trials", total=total)
+            task = bar.add_task(noun, total=total)
             yield lambda failed: bar.advance(task)
     else:
-        plain = PlainProgress(total, progress_interval())
+        plain = PlainProgress(total, progress_interval(), noun=noun)
         yield plain.advance
         plain.finish()

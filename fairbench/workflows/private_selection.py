@@ -43,7 +43,7 @@ import math
 import multiprocessing
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -71,6 +71,7 @@ from fairbench.rundir.store import finished_rows
 from fairbench.runner.config import expand
 from fairbench.runner.execute import execute
 from fairbench.runner.preflight import plan_at
+from fairbench.runner.progress_display import trial_progress
 from fairbench.runner.trial import SPLIT_SEED, TrialSpec
 from fairbench.runner.worker import init_worker
 from fairbench.streams import numpy_stream
@@ -292,7 +293,7 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
         jobs = [[templates[(dataset, eps, f"{label}#{i}")]
                  for i in range(max(max(counts[label]), 1))]
                 for dataset, eps, label in keys]  # fmt: skip
-        solved = _calibrate_all(config, jobs, workers)
+        solved = _calibrate_all(config, jobs, workers, quiet)
     budgets: dict[tuple[str, float, str], MethodBudget] = {}
     for (dataset, eps, label), budget in zip(keys, solved, strict=True):
         if isinstance(budget, str):
@@ -309,17 +310,28 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
         return _run(config, out, counts, templates, budgets, workers, quiet)
 
 
-def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]],
-                   workers: int) -> list[MethodBudget | str]:  # fmt: skip
-    """Each job's calibration (its candidates' specs) or the reason it has none. The jobs are
-    independent and deterministic, and each takes seconds to minutes (the methods' own noise
-    calibration inside the bisection), so several run in spawned worker processes."""
-    if workers <= 1 or len(jobs) <= 1:
-        return [_calibrate_or_reason(config, specs) for specs in jobs]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
-                             initializer=init_worker) as pool:  # fmt: skip
-        return list(pool.map(_calibrate_or_reason, [config] * len(jobs), jobs))
+def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]], workers: int,
+                   quiet: bool = True) -> list[MethodBudget | str]:  # fmt: skip
+    """Each job's calibration (its candidates' specs) or the reason it has none, in job
+    order. The jobs are independent and deterministic, and each takes seconds to minutes (the
+    methods' own noise calibration inside the bisection), so several run in spawned worker
+    processes; progress counts finished calibrations (`failed`: none calibrates)."""
+    out: list[MethodBudget | str | None] = [None] * len(jobs)
+    with trial_progress(len(jobs), quiet, "calibrations") as advance:
+        if workers <= 1 or len(jobs) <= 1:
+            for index, specs in enumerate(jobs):
+                out[index] = _calibrate_or_reason(config, specs)
+                advance(isinstance(out[index], str))
+        else:
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
+                                     initializer=init_worker) as pool:  # fmt: skip
+                futures = {pool.submit(_calibrate_or_reason, config, specs): index
+                           for index, specs in enumerate(jobs)}  # fmt: skip
+                for future in as_completed(futures):
+                    out[futures[future]] = future.result()
+                    advance(isinstance(out[futures[future]], str))
+    return out  # type: ignore[return-value]
 
 
 def _calibrate_or_reason(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget | str:
