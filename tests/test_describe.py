@@ -206,6 +206,11 @@ def test_an_unknown_name_is_one_line_with_a_suggestion(cli):
                            "(see `fairbench list`)")  # fmt: skip
     code, _, err = cli("describe", "qqqq")
     assert code == 2 and "known: methods " in err and "datasets " in err and "adult" in err
+    code, _, err = cli("describe", "data/patients.csv")
+    assert code == 2 and err.strip() == (
+        "error: 'data/patients.csv' is a file: your own CSV's card is `fairbench data check "
+        "--csv data/patients.csv --label COL --sensitive COL`"
+    )
 
 
 def test_a_name_that_is_both_is_refused(cli, monkeypatch):

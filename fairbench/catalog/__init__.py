@@ -30,6 +30,11 @@ def describe(name: str) -> MethodCard | DatasetCard:
         return describe_method(method)
     if dataset is not None:
         return describe_dataset(dataset)
+    if name.lower().endswith((".csv", ".tsv", ".txt")):
+        raise ConfigError(
+            f"{name!r} is a file: your own CSV's card is `fairbench data check --csv {name} "
+            "--label COL --sensitive COL`"
+        )
     known = sorted(methods()) + sorted(datasets())
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     hint = (f"did you mean {' or '.join(close)}?" if close
