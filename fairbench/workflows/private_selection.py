@@ -323,14 +323,18 @@ def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]], workers: int
                 out[index] = _calibrate_or_reason(config, specs)
                 advance(isinstance(out[index], str))
         else:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
-                                     initializer=init_worker) as pool:  # fmt: skip
+            pool = ProcessPoolExecutor(min(workers, len(jobs)), initializer=init_worker,
+                                       mp_context=multiprocessing.get_context("spawn"))
+            try:
                 futures = {pool.submit(_calibrate_or_reason, config, specs): index
                            for index, specs in enumerate(jobs)}  # fmt: skip
                 for future in as_completed(futures):
                     out[futures[future]] = future.result()
                     advance(isinstance(out[futures[future]], str))
+            except BaseException:  # Ctrl-C: do not wait for the queued calibrations
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
     return out  # type: ignore[return-value]
 
 
