@@ -69,6 +69,27 @@ def test_the_uncharged_twin_runs_the_same_candidates_at_the_full_epsilon_scored_
     assert "tuning not charged" in md and "not charged |" in md
 
 
+def test_each_epsilon_selects_among_its_own_trials(tmp_path):
+    """The same candidates (labels, seeds) run at every epsilon: each epsilon's selection
+    scores the trials run at that epsilon. (A selection keyed without the epsilon once read
+    the largest epsilon's trials at every epsilon, so the free arm came out identical at
+    epsilon 0.5 and 4.)"""
+    config = TuneConfig.model_validate({**BASE, "selection": "uncharged", "epsilons": [0.5, 4.0],
+                                        "count": {"law": "poisson", "mean": 1.0}})  # fmt: skip
+    _table, failures = run_private(config, tmp_path / "out", 1, True)
+    assert failures == []
+    by_eps = {r["epsilon"]: r for r in records(tmp_path / "out")}
+    for eps, record in by_eps.items():
+        store = {r["trial_id"]: r for r in finished_rows(
+            tmp_path / "out" / "private" / f"synthetic-eps{eps:g}", "test")}  # fmt: skip
+        chosen = [c for r in record["repeats"] for c in r["candidates"]]
+        assert chosen and all(c["trial_id"] in store for c in chosen)
+        assert all(c["val_error"] == store[c["trial_id"]]["val_error"] for c in chosen)
+    low, high = ([c["val_error"] for r in by_eps[e]["repeats"] for c in r["candidates"]]
+                 for e in (0.5, 4.0))  # fmt: skip
+    assert low != high
+
+
 def test_an_infeasible_draw_is_a_candidate_that_releases_nothing(tmp_path):
     """A raco-dp draw whose Laplace scale no calibration meets at epsilon 0.3 runs nothing;
     the repeat still releases its best feasible candidate and tune reports no failure."""

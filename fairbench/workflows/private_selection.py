@@ -357,21 +357,23 @@ def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.Da
                 runs.setdefault((dataset, eps), []).append(replace(
                     spec, epsilon=budget.training_epsilon, seed=candidate_seed(repeat, i),
                     dataset_options={**spec.dataset_options, SPLIT_SEED: repeat}))  # fmt: skip
-    rows: dict[tuple[str, str, int], dict] = {}
+    # (dataset, epsilon, candidate label, seed) -> its trial's row: the epsilon is in the key
+    # because the same candidate (label and seed) runs at every epsilon, and a row is taken
+    # by the trial id of the spec run here, never another configuration's row in the store
+    rows: dict[tuple[str, float, str, int], dict] = {}
     for (dataset, eps), specs in sorted(runs.items()):
         run_dir = out / "private" / f"{dataset}-eps{eps:g}"
         done = execute(specs, run_dir, workers, quiet)
-        by_id = {s.trial_id: s for s in specs}
+        key_of = {s.trial_id: (dataset, eps, bare(s.label), s.seed) for s in specs}
         for trial, error in done.failed:
             if is_infeasible(error):  # a draw no calibration meets: it runs nothing
-                spec = by_id[trial]
-                rows[(spec.dataset, bare(spec.label), spec.seed)] = {INFEASIBLE: error}
+                rows[key_of[trial]] = {INFEASIBLE: error}
             else:
                 failures.append(f"candidate {trial}: {error.splitlines()[-1]}")
         if done.done + done.skipped > 0:
             write_report(run_dir)
-            rows.update({(r["dataset"], bare(r["label"]), r["seed"]): r
-                         for r in finished_rows(run_dir, "select from")})  # fmt: skip
+            rows.update({key_of[r["trial_id"]]: r for r in finished_rows(run_dir, "select from")
+                         if r["trial_id"] in key_of})  # fmt: skip
     records, summary = [], []
     for (dataset, eps, label), budget in sorted(budgets.items()):
         record = _select(config, dataset, eps, label, budget, counts[label], rows)
@@ -396,7 +398,7 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
     for repeat, k in zip(config.final_seeds, counts, strict=True):
         candidates = []
         for i in range(0 if budget.left_out is not None else k):
-            row = rows.get((dataset, f"{label}#{i}", candidate_seed(repeat, i)))
+            row = rows.get((dataset, eps, f"{label}#{i}", candidate_seed(repeat, i)))
             if row is None:
                 break
             if INFEASIBLE in row:  # nothing trained, nothing released or spent: never chosen
@@ -407,7 +409,8 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
                 continue
             error, violation = validation_score(row, budget, config.constraint)
             candidates.append({
-                "label": row["label"], "hparams": row["hparams"], "knob": row["knob"],
+                "label": row["label"], "trial_id": row["trial_id"],
+                "hparams": row["hparams"], "knob": row["knob"],
                 "val_error": error, "val_violation": violation, "test_error": row["test_error"],
                 "test_violation": row["test_violation"],
                 "uses_sensitive_at_test": row["uses_sensitive_at_test"],
