@@ -200,6 +200,12 @@ def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_
     assert table.loc["c", "released"] == 1
     top = winners(table.reset_index())
     assert top["winner_paid"].tolist() == ["a"] and top["winner_free"].isna().all()
+    assert top["beats_majority_paid"].tolist() == [None]  # no reference given
+    # a's four errors are all 0.10: its interval is 0.10 itself, below 0.15, not below 0.08
+    for majority, beats in ((0.15, True), (0.08, False)):
+        top = winners(summary_rows(pd.DataFrame(rows), {"d": majority}))
+        assert top["majority_error"].tolist() == [majority]
+        assert top["beats_majority_paid"].tolist() == [beats]
 
 
 def test_the_figure_command_writes_the_csv_plot_and_report(arms, cli, tmp_path):
@@ -214,6 +220,9 @@ def test_the_figure_command_writes_the_csv_plot_and_report(arms, cli, tmp_path):
     assert len(table) == 2 and table.columns.tolist() == COLUMNS
     readme = (out / "README.md").read_text()
     assert "## Finding" in readme and "| synthetic | 2 |" in readme
+    majority = table["majority_error"].iloc[0]  # the synthetic splits' majority-class error
+    assert 0.05 < majority < 0.5 and (table["majority_error"] == majority).all()
+    assert f"Majority-class predictor: test error {majority:.3f} (violation 0)." in readme
 
 
 def test_the_tuning_table_names_a_selection_that_released_nothing(arms):

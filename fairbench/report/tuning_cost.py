@@ -13,7 +13,12 @@ have no rank (a low error bought by violating the target never wins). A method t
 tuning leaves out (`uncalibratable: leave_out`: no candidate calibrates at the per-candidate
 budget the total allows) released nothing in every repeat; its row says why (`left_out`).
 
-It reads only what tune wrote (tune.yaml, private/selections.json); nothing is re-run.
+Beside the methods: the majority-class predictor (every test record gets the training split's
+majority label), per repeat split. It has violation 0 under every rate constraint and needs no
+training, so a method whose error is not below it has learnt nothing worth its epsilon.
+
+It reads what tune wrote (tune.yaml, private/selections.json) and the datasets' splits for the
+reference; nothing is trained.
 """
 
 from __future__ import annotations
@@ -34,9 +39,30 @@ from fairbench.report.privacy_cost import dataset_key
 COLUMNS = ["dataset", "method", "epsilon", "selection", "test_error_mean", "ci_low", "ci_high",
            "violation_mean", "satisfied_fraction", "rank", "tau", "released", "repeats",
            "uses_sensitive_at_test", "candidates_mean", "candidate_epsilon", "total_epsilon",
-           "accountant", "left_out"]  # fmt: skip
+           "accountant", "left_out", "majority_error"]  # fmt: skip
 SELECTIONS = {"uncharged": "free", "private": "paid"}
 RANKED_FROM = 0.5  # satisfied fraction a method needs to be ranked
+
+
+def majority_error(out: Path) -> tuple[str, float]:
+    """(dataset key, mean test error of the majority-class predictor over the tune output's
+    repeat splits); NaN when the data cannot be loaded here."""
+    from fairbench.datasets import get_dataset
+    from fairbench.errors import FairbenchError
+
+    config = yaml.safe_load((out / "tune.yaml").read_text())
+    entry = config["datasets"][0]
+    options = entry.get("options") or {}
+    key, _ = dataset_key(entry["name"], options)
+    errors = []
+    for repeat in config["final_seeds"]:  # a repeat's split seed is its final seed
+        try:
+            task = get_dataset(entry["name"], **options).load(repeat)
+        except FairbenchError:
+            return key, math.nan
+        majority = np.bincount(task.train.y).argmax()
+        errors.append(float(np.mean(task.test.y != majority)))
+    return key, float(np.mean(errors))
 
 
 def released_frame(out: Path) -> pd.DataFrame:
@@ -77,8 +103,9 @@ def released_frame(out: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary_rows(released: pd.DataFrame) -> pd.DataFrame:
-    """The CSV: one row per (dataset, method, epsilon, selection, tau), ranked."""
+def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = None) -> pd.DataFrame:
+    """The CSV: one row per (dataset, method, epsilon, selection, tau), ranked, with the
+    dataset's majority-class error beside it (`majority_error`)."""
     out = []
     keys = ["dataset", "method", "epsilon", "selection", "tau"]
     for key, group in released.groupby(keys, sort=True):
@@ -106,6 +133,7 @@ def summary_rows(released: pd.DataFrame) -> pd.DataFrame:
             "test_error_mean", kind="stable"
         )
         table.loc[ranked.index, "rank"] = np.arange(1, len(ranked) + 1)
+    table["majority_error"] = table["dataset"].map(majority or {}).astype(float)
     return table[COLUMNS]
 
 
@@ -128,8 +156,9 @@ def paired_cost(released: pd.DataFrame) -> pd.DataFrame:
 
 
 def winners(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (dataset, epsilon, tau): the rank-1 method under free and under paid tuning and
-    whether paying changes it (None where no method is ranked)."""
+    """Per (dataset, epsilon, tau): the rank-1 method under free and under paid tuning,
+    whether paying changes it (None where no method is ranked), and whether each winner
+    beats the majority-class predictor clearly (its 95% CI entirely below that error)."""
     rows = []
     for (dataset, eps, tau), group in table.groupby(["dataset", "epsilon", "tau"], sort=True):
         best = {}
@@ -137,6 +166,7 @@ def winners(table: pd.DataFrame) -> pd.DataFrame:
             top = group[(group["selection"] == selection) & (group["rank"] == 1)]
             best[selection] = None if top.empty else top.iloc[0]
         free, paid = best["free"], best["paid"]
+        majority = float(group["majority_error"].iloc[0])
         rows.append({
             "dataset": dataset, "epsilon": eps, "tau": tau,
             "winner_free": None if free is None else free["method"],
@@ -145,14 +175,26 @@ def winners(table: pd.DataFrame) -> pd.DataFrame:
             "error_paid": math.nan if paid is None else paid["test_error_mean"],
             "changed": None if free is None or paid is None
             else bool(free["method"] != paid["method"]),
+            "majority_error": majority,
+            "beats_majority_free": _beats(free, majority),
+            "beats_majority_paid": _beats(paid, majority),
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _beats(winner: pd.Series | None, majority: float) -> bool | None:
+    """Whether a winner's 95% CI lies entirely below the majority-class error (None: no
+    winner, or no reference)."""
+    if winner is None or math.isnan(majority):
+        return None
+    return bool(winner["ci_high"] < majority)
 
 
 def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
     """One panel per dataset: test error against epsilon, a line per method, solid for free
     tuning and dashed for paid, 95% CI bars; a point whose method is unranked there (held
-    tau in under half the repeats) is drawn hollow."""
+    tau in under half the repeats) is drawn hollow; the majority-class predictor's error is
+    a dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -177,9 +219,13 @@ def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
             hollow = line["rank"].isna()
             ax.plot(x[hollow], y[hollow], linestyle="none", marker=look.marker, markersize=4,
                     markerfacecolor="white", color=look.color, zorder=3)  # fmt: skip
+        majority = here["majority_error"].iloc[0]
+        if not math.isnan(majority):
+            ax.axhline(majority, color="black", linestyle=":", linewidth=1)
         ax.set_xscale("log")
         ax.set_xticks(sorted(here["epsilon"].unique()))
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(f"{dataset} (τ = {here['tau'].iloc[0]:g})")
         ax.set_xlabel("total ε")
         ax.grid(alpha=0.3)
@@ -192,7 +238,9 @@ def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
                 Line2D([], [], color="grey", linestyle="--", label="tuning paid (private "
                        "selection)"),
                 Line2D([], [], color="grey", marker="o", markerfacecolor="white",
-                       linestyle="none", label="held τ in < half the repeats")]  # fmt: skip
+                       linestyle="none", label="held τ in < half the repeats"),
+                Line2D([], [], color="black", linestyle=":",
+                       label="majority class (violation 0)")]  # fmt: skip
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8,
                frameon=False, bbox_to_anchor=(0.5, -0.02))  # fmt: skip
     fig.tight_layout(rect=(0, 0.14, 1, 1))
@@ -209,6 +257,10 @@ def _fmt(mean: float, low: float, high: float) -> str:
     if math.isnan(mean):
         return "none released"
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{mean:.3f}"
+
+
+def _num(value: float) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
 def _changed(value: object) -> str:
@@ -230,20 +282,29 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
              "on its own split. Test error of the released models: mean [95% CI] over the "
              "repeats that released one; `held` = repeats whose released model held τ on "
              "test, out of all repeats (nothing released counts as a miss). Ranked: methods "
-             "that held τ in at least half the repeats, by mean test error.", "",
+             "that held τ in at least half the repeats, by mean test error. `majority`: the "
+             "test error of predicting the training split's majority label (violation 0, no "
+             "training, no ε); a winner *beats* it when its 95% CI lies entirely below.", "",
              "## Finding", "",
              f"The winner (rank 1) changes when tuning is paid for in {len(changed)} of "
              f"{len(decided)} (dataset, ε) settings where both arms rank a method"
              + (f"; {len(top) - len(decided)} settings have no ranked method in one arm."
                 if len(top) > len(decided) else "."), "",
-             "| dataset | ε | winner, free | error | winner, paid | error | changed |",
-             "|---|---:|---|---:|---|---:|---|"]  # fmt: skip
+             "| dataset | ε | majority | winner, free | error | beats majority | winner, paid "
+             "| error | beats majority | changed |",
+             "|---|---:|---:|---|---:|---|---|---:|---|---|"]  # fmt: skip
     for r in top.itertuples(index=False):
-        lines.append(f"| {r.dataset} | {r.epsilon:g} | {r.winner_free or '—'} | "
-                     f"{'' if math.isnan(r.error_free) else f'{r.error_free:.3f}'} | "
-                     f"{r.winner_paid or '—'} | "
-                     f"{'' if math.isnan(r.error_paid) else f'{r.error_paid:.3f}'} | "
+        lines.append(f"| {r.dataset} | {r.epsilon:g} | {_num(r.majority_error)} | "
+                     f"{r.winner_free or '—'} | {_num(r.error_free)} | "
+                     f"{_changed(r.beats_majority_free)} | {r.winner_paid or '—'} | "
+                     f"{_num(r.error_paid)} | {_changed(r.beats_majority_paid)} | "
                      f"{_changed(r.changed)} |")  # fmt: skip
+    for selection in ("free", "paid"):
+        judged = top[f"beats_majority_{selection}"].dropna()
+        if len(judged):
+            lines += ["", f"Under {selection} tuning the winner clearly beats the majority-class "
+                      f"predictor in {int(judged.astype(bool).sum())} of {len(judged)} settings "
+                      "with a winner."]  # fmt: skip
     costs = cost.dropna(subset=["cost_mean"])
     if len(costs):
         lines += ["", f"Paid minus free test error, paired over repeats where both released: "
@@ -251,7 +312,10 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
                   f"{costs['cost_mean'].min():+.3f} to {costs['cost_mean'].max():+.3f} over "
                   f"{len(costs)} (dataset, method, ε) cells."]  # fmt: skip
     for dataset, here in table.groupby("dataset", sort=True):
+        majority = here["majority_error"].iloc[0]
         lines += ["", f"## {dataset}", "", f"![{dataset}](tuning-cost.png)", "",
+                  f"Majority-class predictor: test error {_num(majority) or 'not computed'} "
+                  "(violation 0).", "",
                   "| method | ε | free: error | held | rank | paid: error | held | rank | "
                   "paid − free (paired) | candidate ε (paid) |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
@@ -286,7 +350,8 @@ def build(outputs: list[Path], dest: Path) -> list[Path]:
     if not outputs:
         raise ConfigError("give the `fairbench tune --out` directories of both arms")
     released = pd.concat([released_frame(p) for p in outputs], ignore_index=True)
-    table = summary_rows(released)
+    majority = dict(majority_error(p) for p in outputs)
+    table = summary_rows(released, majority)
     cost = paired_cost(released)
     top = winners(table)
     dest.mkdir(parents=True, exist_ok=True)

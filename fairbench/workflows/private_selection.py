@@ -323,8 +323,11 @@ def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]], workers: int
                 out[index] = _calibrate_or_reason(config, specs)
                 advance(isinstance(out[index], str))
         else:
-            pool = ProcessPoolExecutor(min(workers, len(jobs)), initializer=init_worker,
-                                       mp_context=multiprocessing.get_context("spawn"))
+            pool = ProcessPoolExecutor(
+                min(workers, len(jobs)),
+                initializer=init_worker,
+                mp_context=multiprocessing.get_context("spawn"),
+            )
             try:
                 futures = {pool.submit(_calibrate_or_reason, config, specs): index
                            for index, specs in enumerate(jobs)}  # fmt: skip
