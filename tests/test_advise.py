@@ -117,3 +117,25 @@ def test_bad_requests_are_one_line_and_write_nothing(cli, table, tmp_path, extra
     lines = [line for line in stderr.strip().splitlines() if line.startswith("error:")]
     assert code == 2 and len(lines) == 1 and message in lines[0], stderr
     assert not out.exists()
+
+
+def test_the_plan_warns_when_the_private_score_cannot_resolve_tau():
+    """The noise on a group's rate is 2b / rows (b the score's Laplace scale; rows of the
+    group, or of its rarest conditioning label for equalized odds): over tau / 2 on the
+    best-measured group is a warning that few candidates will pass; otherwise groups whose
+    noise exceeds tau are named."""
+    from types import SimpleNamespace
+
+    from fairbench.workflows.advise import score_noise, score_noise_notes
+
+    s = np.array([0] * 400 + [1] * 40)
+    y = np.array(([0] * 300 + [1] * 100) + ([0] * 30 + [1] * 10))
+    task = SimpleNamespace(group_names=("big", "small"), val=SimpleNamespace(s=s, y=y))
+    assert score_noise(task, "demographic_parity", 2.0) == {"big": (400, 0.01), "small": (40, 0.1)}
+    assert score_noise(task, "equalized_odds", 2.0) == {"big": (100, 0.04), "small": (10, 0.4)}
+    assert score_noise_notes(score_noise(task, "demographic_parity", 2.0), 0.2) == []
+    (named,) = score_noise_notes(score_noise(task, "demographic_parity", 2.0), 0.05)
+    assert "'small'" in named and "'big'" not in named and "--other" in named
+    (swamped,) = score_noise_notes(score_noise(task, "demographic_parity", 8.0), 0.05)
+    assert swamped.startswith("the validation score's noise swamps tau = 0.05")
+    assert "'big', 400 validation rows" in swamped and "'small' (40 rows)" in swamped

@@ -45,6 +45,7 @@ from fairbench.rundir.store import finished_rows
 from fairbench.runner.execute import execute
 from fairbench.runner.trial import SPLIT_SEED, TrialSpec, load_task
 from fairbench.streams import numpy_stream
+from fairbench.task import Task
 from fairbench.workflows.private_selection import (
     MethodBudget,
     bare,
@@ -205,7 +206,54 @@ def plan(request: Request) -> Plan:
     specs = [replace(spec, epsilon=budget.training_epsilon, seed=candidate_seed(JOINT_REPEAT, i),
                      dataset_options={**spec.dataset_options, SPLIT_SEED: request.seed})
              for i, spec in enumerate(candidates)]  # fmt: skip
-    return Plan(request, methods, skipped, joint, specs, budget, comparison, n_train, calibration)
+    notes = score_noise_notes(score_noise(task, request.constraint, budget.score_scale),
+                              request.tau)  # fmt: skip
+    return Plan(request, methods, skipped, joint, specs, budget, comparison, n_train, calibration,
+                notes=notes)  # fmt: skip
+
+
+SWAMPS = "the validation score's noise swamps"
+CONDITIONED = {"equalized_odds": (0, 1), "false_negative_rate": (1,),
+               "false_negative_rate_parity": (1,)}  # fmt: skip  # rates within a label
+
+
+def score_noise(task: Task, constraint: str, scale: float) -> dict[str, tuple[int, float]]:
+    """Per group: (the validation rows its rate divides by, the std of the Laplace noise the
+    private score puts on that rate). A rate's numerator sums two noisy cells of scale b
+    (std 2b); the denominator's own noise is left out, so the std is a lower bound. Rates
+    within a label (equalized odds, false-negative rates) divide by the group's rows of the
+    rarest such label."""
+    out = {}
+    labels = CONDITIONED.get(constraint)
+    for g, name in enumerate(task.group_names):
+        mine = task.val.s == g
+        rows = int(mine.sum()) if labels is None else min(int((mine & (task.val.y == y)).sum())
+                                                          for y in labels)  # fmt: skip
+        out[name] = (rows, math.inf if rows == 0 else 2 * scale / rows)
+    return out
+
+
+def score_noise_notes(noise: dict[str, tuple[int, float]], tau: float) -> list[str]:
+    """A warning when the private score cannot resolve tau: noise on even the best-measured
+    group's rate over half of tau means the selection can barely tell a candidate within tau
+    from one outside (expect few or no releases); otherwise the groups whose noise exceeds
+    tau are named."""
+    best = min(noise, key=lambda g: noise[g][1])
+    rows, std = noise[best]
+    if std > tau / 2:
+        worst = max(noise, key=lambda g: noise[g][1])
+        return [f"{SWAMPS} tau = {tau:g}: the Laplace noise on a "
+                f"group's rate has std at least {std:.2g} for the best-measured group "
+                f"({best!r}, {rows} validation rows) and {noise[worst][1]:.2g} for "
+                f"{worst!r} ({noise[worst][0]} rows), so few or no candidates will pass; "
+                "raise --epsilon or --tau, lower --budget, merge small groups (--other), or "
+                "bring more rows"]  # fmt: skip
+    noisy = [g for g, (_, s) in noise.items() if s > tau]
+    if noisy:
+        return [f"group(s) {', '.join(repr(g) for g in noisy)} have so few validation rows "
+                f"that the noise on their rates exceeds tau = {tau:g}; merging them (--other) "
+                "makes the private score sharper"]  # fmt: skip
+    return []
 
 
 def task_name(request: Request) -> str:
@@ -470,7 +518,9 @@ def recommendation_text(plan_: Plan, record: dict[str, Any], table: pd.DataFrame
         return (f"\nrecommendation: none. No candidate's noisy validation violation was within "
                 f"tau = {r.tau:g} at epsilon {r.epsilon:g}, so nothing was released (the "
                 "selection still spent its epsilon). Loosen tau, raise epsilon, or collect "
-                "more data; the comparison above shows which methods come closest.")  # fmt: skip
+                "more data; the comparison above shows which methods come closest."
+                + (" The plan warned why: the validation score's noise swamps tau."
+                   if any(n.startswith(SWAMPS) for n in plan_.notes) else ""))  # fmt: skip
     method = chosen["method"]
     row = table[table["method"].map(bare) == method]
     mine = comparison_rows(row)
@@ -516,6 +566,7 @@ def advice_json(plan_: Plan, record: dict[str, Any], table: pd.DataFrame, spent:
         "methods": [m.name for m in plan_.methods], "skipped": plan_.skipped,
         "release": {k: v for k, v in record.items() if k != "candidate_ledger"},
         "comparison": comparison_rows(table), "epsilon_spent_on_data": spent,
+        "warnings": plan_.notes,
         "recommendation": None if record["released"] is None else record["released"]["method"],
         "report": str(out / "report.html"),
         "model": None if record["released"] is None else str(out / "model"),
