@@ -234,3 +234,27 @@ def test_the_tuning_table_names_a_selection_that_released_nothing(arms):
     table = pd.read_json(arms["private"] / "tuning.json")
     table["selected"] = math.nan
     assert "| none |" in private_markdown(table, config)
+
+
+def test_a_changed_winner_is_judged_by_its_paired_gap_under_paid_tuning():
+    """Free: a wins. Paid: b wins, a is 0.05 worse on every split: the change is significant;
+    with a's paid errors scattered around b's it is within noise."""
+    rows = []
+    for selection, errors in (("free", {"a": 0.10, "b": 0.12}), ("paid", {"a": 0.20, "b": 0.15})):
+        for repeat in range(4):
+            for method, error in errors.items():
+                rows.append({"dataset": "d", "method": method, "epsilon": 1.0,
+                             "selection": selection, "tau": 0.05, "repeat": repeat, "count": 2,
+                             "test_error": error, "test_violation": 0.01,
+                             "candidate_epsilon": 0.4, "total_epsilon": 1.0, "accountant": "",
+                             "left_out": None})  # fmt: skip
+    released = pd.DataFrame(rows)
+    top = winners(summary_rows(released), released).iloc[0]
+    assert (top["winner_free"], top["winner_paid"], top["changed"]) == ("a", "b", True)
+    assert top["paid_gap"] == pytest.approx(0.05) and top["paid_gap_pairs"] == 4
+    assert top["paid_gap_ci95"] == pytest.approx(0.0, abs=1e-12)
+    noisy = released.copy()
+    paid_a = (noisy["selection"] == "paid") & (noisy["method"] == "a")
+    noisy.loc[paid_a, "test_error"] = [0.10, 0.25, 0.12, 0.23]  # mean 0.175 > 0.15, noisy
+    top = winners(summary_rows(noisy), noisy).iloc[0]
+    assert top["paid_gap"] == pytest.approx(0.025) and top["paid_gap_ci95"] > 0.025

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -155,10 +156,13 @@ def paired_cost(released: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def winners(table: pd.DataFrame) -> pd.DataFrame:
+def winners(table: pd.DataFrame, released: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (dataset, epsilon, tau): the rank-1 method under free and under paid tuning,
     whether paying changes it (None where no method is ranked), and whether each winner
-    beats the majority-class predictor clearly (its 95% CI entirely below that error)."""
+    beats the majority-class predictor clearly (its 95% CI entirely below that error).
+    Where the winner changes and `released` is given, `paid_gap` is the free winner's minus
+    the paid winner's test error under paid tuning, paired over the repeats where both
+    released (the same splits), with its 95% half-width: does the change matter?"""
     rows = []
     for (dataset, eps, tau), group in table.groupby(["dataset", "epsilon", "tau"], sort=True):
         best = {}
@@ -178,8 +182,26 @@ def winners(table: pd.DataFrame) -> pd.DataFrame:
             "majority_error": majority,
             "beats_majority_free": _beats(free, majority),
             "beats_majority_paid": _beats(paid, majority),
+            **_paid_gap(released, dataset, eps, tau, free, paid),
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _paid_gap(released: pd.DataFrame | None, dataset: str, eps: float, tau: float,
+              free: pd.Series | None, paid: pd.Series | None) -> dict[str, float]:  # fmt: skip
+    gap = {"paid_gap": math.nan, "paid_gap_ci95": math.nan, "paid_gap_pairs": 0}
+    if released is None or free is None or paid is None or free["method"] == paid["method"]:
+        return gap
+    here = released[(released["dataset"] == dataset) & (released["epsilon"] == eps)
+                    & (released["tau"] == tau) & (released["selection"] == "paid")]  # fmt: skip
+    errors = here.pivot_table(index="repeat", columns="method", values="test_error",
+                              aggfunc="first")  # fmt: skip
+    if free["method"] not in errors or paid["method"] not in errors:
+        return gap
+    diff = (errors[free["method"]] - errors[paid["method"]]).dropna()
+    if len(diff):
+        gap.update(paid_gap=float(diff.mean()), paid_gap_ci95=ci95(diff), paid_gap_pairs=len(diff))
+    return gap
 
 
 def _beats(winner: pd.Series | None, majority: float) -> bool | None:
@@ -263,6 +285,22 @@ def _num(value: float) -> str:
     return "" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
+def _significant(r: Any) -> bool:
+    """A changed winner whose paired gap under paid tuning excludes 0 (95%)."""
+    return bool(r.changed) and r.paid_gap_pairs >= 2 and abs(r.paid_gap) > r.paid_gap_ci95
+
+
+def _change(r: Any) -> str:
+    if r.changed is None or pd.isna(r.changed):
+        return ""
+    if not r.changed:
+        return "no"
+    if r.paid_gap_pairs == 0:
+        return "yes (the free winner released nothing under paid tuning)"
+    gap = f"{r.paid_gap:+.3f} ± {r.paid_gap_ci95:.3f}, {r.paid_gap_pairs} pairs"
+    return f"yes ({gap})" if _significant(r) else f"yes, within noise ({gap})"
+
+
 def _changed(value: object) -> str:
     return "" if value is None or pd.isna(value) else ("yes" if value else "no")
 
@@ -289,7 +327,14 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
              f"The winner (rank 1) changes when tuning is paid for in {len(changed)} of "
              f"{len(decided)} (dataset, ε) settings where both arms rank a method"
              + (f"; {len(top) - len(decided)} settings have no ranked method in one arm."
-                if len(top) > len(decided) else "."), "",
+                if len(top) > len(decided) else ".")
+             + f" Of the changes, {sum(r.paid_gap_pairs == 0 for r in changed.itertuples())} "
+             "are forced (the free winner released nothing under paid tuning: no candidate "
+             "calibrates at its share of ε, or none passed the noisy score), "
+             f"{sum(_significant(r) for r in changed.itertuples())} are significant (under "
+             "paid tuning the free winner's test error exceeds the paid winner's by more than "
+             "the 95% interval of their difference, paired over repeats: the `changed` "
+             "column), and the rest are within noise.", "",
              "| dataset | ε | majority | winner, free | error | beats majority | winner, paid "
              "| error | beats majority | changed |",
              "|---|---:|---:|---|---:|---|---|---:|---|---|"]  # fmt: skip
@@ -298,7 +343,7 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
                      f"{r.winner_free or '—'} | {_num(r.error_free)} | "
                      f"{_changed(r.beats_majority_free)} | {r.winner_paid or '—'} | "
                      f"{_num(r.error_paid)} | {_changed(r.beats_majority_paid)} | "
-                     f"{_changed(r.changed)} |")  # fmt: skip
+                     f"{_change(r)} |")  # fmt: skip
     for selection in ("free", "paid"):
         judged = top[f"beats_majority_{selection}"].dropna()
         if len(judged):
@@ -353,7 +398,7 @@ def build(outputs: list[Path], dest: Path) -> list[Path]:
     majority = dict(majority_error(p) for p in outputs)
     table = summary_rows(released, majority)
     cost = paired_cost(released)
-    top = winners(table)
+    top = winners(table, released)
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for name, frame in (("tuning-cost.csv", table), ("paired.csv", cost), ("winners.csv", top)):
