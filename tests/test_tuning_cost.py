@@ -258,3 +258,20 @@ def test_a_changed_winner_is_judged_by_its_paired_gap_under_paid_tuning():
     noisy.loc[paid_a, "test_error"] = [0.10, 0.25, 0.12, 0.23]  # mean 0.175 > 0.15, noisy
     top = winners(summary_rows(noisy), noisy).iloc[0]
     assert top["paid_gap"] == pytest.approx(0.025) and top["paid_gap_ci95"] > 0.025
+
+
+def test_a_second_ranking_leaves_out_methods_that_read_a_at_test():
+    from fairbench.methods.base import SENSITIVE_MARK
+
+    post = "jagielski-post" + SENSITIVE_MARK
+    rows = [{"dataset": "d", "method": method, "epsilon": 1.0, "selection": "paid",
+             "tau": 0.05, "repeat": repeat, "count": 2, "test_error": error,
+             "test_violation": 0.01, "candidate_epsilon": 0.4, "total_epsilon": 1.0,
+             "accountant": "", "left_out": None}
+            for repeat in range(3)
+            for method, error in ((post, 0.1), ("dp-fermi", 0.2))]  # fmt: skip
+    table = summary_rows(pd.DataFrame(rows)).set_index("method")
+    assert table.loc[post, "rank"] == 1 and math.isnan(table.loc[post, "rank_without_a"])
+    assert table.loc["dp-fermi", "rank"] == 2 and table.loc["dp-fermi", "rank_without_a"] == 1
+    top = winners(table.reset_index(), rank="rank_without_a").iloc[0]
+    assert top["winner_paid"] == "dp-fermi" and top["scope"] == "without reading A at test"

@@ -40,7 +40,7 @@ from fairbench.report.privacy_cost import dataset_key
 COLUMNS = ["dataset", "method", "epsilon", "selection", "test_error_mean", "ci_low", "ci_high",
            "violation_mean", "satisfied_fraction", "rank", "tau", "released", "repeats",
            "uses_sensitive_at_test", "candidates_mean", "candidate_epsilon", "total_epsilon",
-           "accountant", "left_out", "majority_error"]  # fmt: skip
+           "accountant", "left_out", "majority_error", "rank_without_a"]  # fmt: skip
 SELECTIONS = {"uncharged": "free", "private": "paid"}
 RANKED_FROM = 0.5  # satisfied fraction a method needs to be ranked
 
@@ -128,14 +128,22 @@ def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = Non
             "left_out": group["left_out"].iloc[0],
         })  # fmt: skip
     table = pd.DataFrame(out)
-    table["rank"] = math.nan
+    table["rank"] = _ranks(table)
+    table["rank_without_a"] = _ranks(table[~table["uses_sensitive_at_test"]])
+    table["majority_error"] = table["dataset"].map(majority or {}).astype(float)
+    return table[COLUMNS]
+
+
+def _ranks(table: pd.DataFrame) -> pd.Series:
+    """Rank by mean test error among the methods that held tau in at least half the repeats,
+    per (dataset, epsilon, selection, tau); NaN for the others."""
+    rank = pd.Series(math.nan, index=table.index)
     for _, group in table.groupby(["dataset", "epsilon", "selection", "tau"]):
         ranked = group[group["satisfied_fraction"] >= RANKED_FROM].sort_values(
             "test_error_mean", kind="stable"
         )
-        table.loc[ranked.index, "rank"] = np.arange(1, len(ranked) + 1)
-    table["majority_error"] = table["dataset"].map(majority or {}).astype(float)
-    return table[COLUMNS]
+        rank.loc[ranked.index] = np.arange(1, len(ranked) + 1)
+    return rank
 
 
 def paired_cost(released: pd.DataFrame) -> pd.DataFrame:
@@ -156,23 +164,25 @@ def paired_cost(released: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def winners(table: pd.DataFrame, released: pd.DataFrame | None = None) -> pd.DataFrame:
+def winners(table: pd.DataFrame, released: pd.DataFrame | None = None,
+            rank: str = "rank") -> pd.DataFrame:  # fmt: skip
     """Per (dataset, epsilon, tau): the rank-1 method under free and under paid tuning,
     whether paying changes it (None where no method is ranked), and whether each winner
     beats the majority-class predictor clearly (its 95% CI entirely below that error).
     Where the winner changes and `released` is given, `paid_gap` is the free winner's minus
     the paid winner's test error under paid tuning, paired over the repeats where both
-    released (the same splits), with its 95% half-width: does the change matter?"""
+    released (the same splits), with its 95% half-width: does the change matter? `rank` names
+    the ranking (`SCOPES`: all methods, or those that do not read A at test), in `scope`."""
     rows = []
     for (dataset, eps, tau), group in table.groupby(["dataset", "epsilon", "tau"], sort=True):
         best = {}
         for selection in ("free", "paid"):
-            top = group[(group["selection"] == selection) & (group["rank"] == 1)]
+            top = group[(group["selection"] == selection) & (group[rank] == 1)]
             best[selection] = None if top.empty else top.iloc[0]
         free, paid = best["free"], best["paid"]
         majority = float(group["majority_error"].iloc[0])
         rows.append({
-            "dataset": dataset, "epsilon": eps, "tau": tau,
+            "scope": SCOPES[rank], "dataset": dataset, "epsilon": eps, "tau": tau,
             "winner_free": None if free is None else free["method"],
             "error_free": math.nan if free is None else free["test_error_mean"],
             "winner_paid": None if paid is None else paid["method"],
@@ -244,6 +254,7 @@ def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
         majority = here["majority_error"].iloc[0]
         if not math.isnan(majority):
             ax.axhline(majority, color="black", linestyle=":", linewidth=1)
+        ax.set_ylim(bottom=0)  # an interval from few repeats can reach below 0
         ax.set_xscale("log")
         ax.set_xticks(sorted(here["epsilon"].unique()))
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
@@ -281,6 +292,10 @@ def _fmt(mean: float, low: float, high: float) -> str:
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{mean:.3f}"
 
 
+def _name(value: object) -> str:
+    return value if isinstance(value, str) else "—"
+
+
 def _num(value: float) -> str:
     return "" if value is None or math.isnan(value) else f"{value:.3f}"
 
@@ -297,6 +312,8 @@ def _change(r: Any) -> str:
         return "no"
     if r.paid_gap_pairs == 0:
         return "yes (the free winner released nothing under paid tuning)"
+    if r.paid_gap_pairs == 1:
+        return f"yes, undecided (one pair: {r.paid_gap:+.3f})"
     gap = f"{r.paid_gap:+.3f} ± {r.paid_gap_ci95:.3f}, {r.paid_gap_pairs} pairs"
     return f"yes ({gap})" if _significant(r) else f"yes, within noise ({gap})"
 
@@ -305,25 +322,15 @@ def _changed(value: object) -> str:
     return "" if value is None or pd.isna(value) else ("yes" if value else "no")
 
 
-def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFrame) -> str:
-    """The report: the finding (does paying change the winner, by how much), then per
-    dataset one table of free vs paid per method and epsilon."""
+SCOPES = {"rank": "all methods", "rank_without_a": "without reading A at test"}
+
+
+def _finding(top: pd.DataFrame, scope: str) -> list[str]:
+    """The finding for one ranking scope: how often paying changes the winner, how each
+    change is judged, and whether the winners beat the majority-class predictor."""
     decided = top.dropna(subset=["changed"])
     changed = decided[decided["changed"].astype(bool)]
-    lines = ["# fig-tuning-cost: what paying for tuning costs", "",
-             "Per dataset and total ε, every private fair method tuned by the same procedure "
-             "twice: **free** (`selection: uncharged`: each candidate at the full ε, exact "
-             "validation scores, tuning not charged, the papers' convention) and **paid** "
-             "(`selection: private`: Papernot and Steinke's private selection, the released "
-             "model and its score (ε, δ)-DP at the stated total, accounted by the RDP "
-             "accountant). Same candidates, counts, seeds and splits in both; 10 repeats, each "
-             "on its own split. Test error of the released models: mean [95% CI] over the "
-             "repeats that released one; `held` = repeats whose released model held τ on "
-             "test, out of all repeats (nothing released counts as a miss). Ranked: methods "
-             "that held τ in at least half the repeats, by mean test error. `majority`: the "
-             "test error of predicting the training split's majority label (violation 0, no "
-             "training, no ε); a winner *beats* it when its 95% CI lies entirely below.", "",
-             "## Finding", "",
+    lines = [f"### Ranking {scope}", "",
              f"The winner (rank 1) changes when tuning is paid for in {len(changed)} of "
              f"{len(decided)} (dataset, ε) settings where both arms rank a method"
              + (f"; {len(top) - len(decided)} settings have no ranked method in one arm."
@@ -340,8 +347,8 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
              "|---|---:|---:|---|---:|---|---|---:|---|---|"]  # fmt: skip
     for r in top.itertuples(index=False):
         lines.append(f"| {r.dataset} | {r.epsilon:g} | {_num(r.majority_error)} | "
-                     f"{r.winner_free or '—'} | {_num(r.error_free)} | "
-                     f"{_changed(r.beats_majority_free)} | {r.winner_paid or '—'} | "
+                     f"{_name(r.winner_free)} | {_num(r.error_free)} | "
+                     f"{_changed(r.beats_majority_free)} | {_name(r.winner_paid)} | "
                      f"{_num(r.error_paid)} | {_changed(r.beats_majority_paid)} | "
                      f"{_change(r)} |")  # fmt: skip
     for selection in ("free", "paid"):
@@ -350,6 +357,29 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
             lines += ["", f"Under {selection} tuning the winner clearly beats the majority-class "
                       f"predictor in {int(judged.astype(bool).sum())} of {len(judged)} settings "
                       "with a winner."]  # fmt: skip
+    return lines
+
+
+def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFrame) -> str:
+    """The report: the finding (does paying change the winner, by how much), ranking all
+    methods and ranking only those that do not read the sensitive attribute at test time,
+    then per dataset one table of free vs paid per method and epsilon."""
+    lines = ["# fig-tuning-cost: what paying for tuning costs", "",
+             "Per dataset and total ε, every private fair method tuned by the same procedure "
+             "twice: **free** (`selection: uncharged`: each candidate at the full ε, exact "
+             "validation scores, tuning not charged, the papers' convention) and **paid** "
+             "(`selection: private`: Papernot and Steinke's private selection, the released "
+             "model and its score (ε, δ)-DP at the stated total, accounted by the RDP "
+             "accountant). Same candidates, counts, seeds and splits in both; 10 repeats, each "
+             "on its own split. Test error of the released models: mean [95% CI] over the "
+             "repeats that released one; `held` = repeats whose released model held τ on "
+             "test, out of all repeats (nothing released counts as a miss). Ranked: methods "
+             "that held τ in at least half the repeats, by mean test error. `majority`: the "
+             "test error of predicting the training split's majority label (violation 0, no "
+             "training, no ε); a winner *beats* it when its 95% CI lies entirely below.", "",
+             "## Finding"]  # fmt: skip
+    for scope in SCOPES.values():
+        lines += ["", *_finding(top[top["scope"] == scope], scope)]
     costs = cost.dropna(subset=["cost_mean"])
     if len(costs):
         lines += ["", f"Paid minus free test error, paired over repeats where both released: "
@@ -384,7 +414,8 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
                          f"{c['cost_mean'].iloc[0]:+.3f} ± {c['cost_ci95'].iloc[0]:.3f} "
                          f"({c['pairs'].iloc[0]})")  # fmt: skip
             paid = pair[pair["selection"] == "paid"]
-            cells.append("" if paid.empty else f"{paid['candidate_epsilon'].iloc[0]:.3g}")
+            cells.append("" if paid.empty or math.isnan(paid["candidate_epsilon"].iloc[0])
+                         else f"{paid['candidate_epsilon'].iloc[0]:.3g}")  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -398,7 +429,7 @@ def build(outputs: list[Path], dest: Path) -> list[Path]:
     majority = dict(majority_error(p) for p in outputs)
     table = summary_rows(released, majority)
     cost = paired_cost(released)
-    top = winners(table, released)
+    top = pd.concat([winners(table, released, rank) for rank in SCOPES], ignore_index=True)
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for name, frame in (("tuning-cost.csv", table), ("paired.csv", cost), ("winners.csv", top)):
