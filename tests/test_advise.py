@@ -71,6 +71,14 @@ def test_the_release_is_one_selection_at_the_users_epsilon_and_its_model_is_save
     ledger = json.loads((out / "model" / "ledger.json").read_text())
     assert ledger["total_epsilon"] == release["total_epsilon"]
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    # the majority-class reference, on the release's split (seed 0), recomputed
+    from fairbench.datasets import get_dataset
+
+    task = get_dataset("csv", path=result["data"]["csv"], label="outcome", sensitive="group",
+                       positive="yes", missing="drop").load(0)  # fmt: skip
+    majority = int(task.train.y.mean() >= 0.5)
+    assert result["majority_error"] == pytest.approx(np.mean(task.test.y != majority))
+    assert release["released"]["test_error"] < result["majority_error"]
 
 
 def test_the_comparison_costs_more_than_the_release_and_says_so(advised):

@@ -53,6 +53,13 @@ PRIVACY_COST = " ".join(
     ]
 )
 
+# the paired tune outputs behind fig-tuning-cost, in the Makefile's order
+TUNING_COST = " ".join(
+    f"results/tune/tuning-cost/{name}-{arm}"
+    for name in ["german", "compas", "parkinsons", "adult5k"]
+    for arm in ["free", "paid"]
+)
+
 # command as written (shlex-normalised) -> (check, why it is not run as written)
 EXPENSIVE: dict[str, tuple[str, str]] = {
     "fairbench run": ("--dry-run", "the default benchmark: 33 trials on real Adult"),
@@ -95,6 +102,10 @@ EXPENSIVE: dict[str, tuple[str, str]] = {
     f"fairbench figure privacy-cost {PRIVACY_COST} --out results/figures/fig-privacy-cost": (
         "parse",
         "rewrites the committed figure under results/ (make fig-privacy-cost)",
+    ),
+    f"fairbench figure tuning-cost {TUNING_COST} --out results/figures/fig-tuning-cost": (
+        "parse",
+        "rewrites the committed figure under results/ (make fig-tuning-cost)",
     ),
 }
 
