@@ -34,6 +34,13 @@ def error_rate(y_true: np.ndarray, y_pred: np.ndarray, weight: np.ndarray | None
     return _mean(y_true != y_pred, weight)
 
 
+def majority_class_error(y_train: np.ndarray, y_test: np.ndarray) -> float:
+    """Test error of predicting the training labels' majority class for everyone: the
+    reference a model must beat (violation 0 under every rate constraint, no training)."""
+    majority = np.bincount(y_train).argmax()
+    return error_rate(y_test, np.full_like(y_test, majority))
+
+
 def _rates(
     y_pred: np.ndarray, members: np.ndarray, n_classes: int, weight: np.ndarray | None = None
 ) -> np.ndarray | None:

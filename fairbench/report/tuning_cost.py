@@ -34,6 +34,7 @@ import yaml
 
 from fairbench.errors import ConfigError
 from fairbench.methods.base import SENSITIVE_MARK
+from fairbench.metrics import majority_class_error
 from fairbench.report.aggregate import ci95
 from fairbench.report.privacy_cost import dataset_key
 
@@ -55,14 +56,14 @@ def majority_error(out: Path) -> tuple[str, float]:
     entry = config["datasets"][0]
     options = entry.get("options") or {}
     key, _ = dataset_key(entry["name"], options)
+    adapter = get_dataset(entry["name"], **options)
     errors = []
     for repeat in config["final_seeds"]:  # a repeat's split seed is its final seed
         try:
-            task = get_dataset(entry["name"], **options).load(repeat)
+            task = adapter.load(repeat)
         except FairbenchError:
             return key, math.nan
-        majority = np.bincount(task.train.y).argmax()
-        errors.append(float(np.mean(task.test.y != majority)))
+        errors.append(majority_class_error(task.train.y, task.test.y))
     return key, float(np.mean(errors))
 
 

@@ -38,7 +38,7 @@ from pydantic import Field
 
 from fairbench.errors import ConfigError
 from fairbench.methods import method_class
-from fairbench.metrics import VIOLATIONS
+from fairbench.metrics import VIOLATIONS, majority_class_error
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.models import MODELS
 from fairbench.rundir.store import finished_rows
@@ -207,18 +207,12 @@ def plan(request: Request) -> Plan:
     specs = [replace(spec, epsilon=budget.training_epsilon, seed=candidate_seed(JOINT_REPEAT, i),
                      dataset_options={**spec.dataset_options, SPLIT_SEED: request.seed})
              for i, spec in enumerate(candidates)]  # fmt: skip
+    release_split = load_task(specs[0])  # the majority-class reference is reported on it
     notes = score_noise_notes(score_noise(task, request.constraint, budget.score_scale),
                               request.tau)  # fmt: skip
     return Plan(request, methods, skipped, joint, specs, budget, comparison, n_train, calibration,
-                majority_error(load_task(specs[0])), notes=notes)  # fmt: skip
-
-
-def majority_error(task: Task) -> float:
-    """Test error of predicting the training split's majority label for everyone: violation 0
-    under every rate constraint, no training, no epsilon. A model that does not beat it has
-    learnt nothing a constant prediction does not give (reported, like every test number)."""
-    majority = np.bincount(task.train.y).argmax()
-    return float(np.mean(task.test.y != majority))
+                majority_class_error(release_split.train.y, release_split.test.y),
+                notes=notes)  # fmt: skip
 
 
 SWAMPS = "the validation score's noise swamps"
