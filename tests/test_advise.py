@@ -1,15 +1,28 @@
-"""`fairbench advise` on a small CSV: the release is one private selection at the user's
-epsilon (its model, config and ledger saved), the comparison's cost is composed and printed,
-and bad requests are one line with nothing written."""
+"""`fairbench advise` on a small CSV: the release holds only what its analysis covers (the
+model, its configuration, its noisy score, epsilon, delta and the accounting; never K, a
+seed or another candidate), its randomness is secret unless `--seed` says it is a
+demonstration, every exact statistic is under one "not private" heading, the privacy spent
+is recomputed independently, and bad requests are one line with nothing written."""
 
 import json
+import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
+from dp_accounting import dp_event
+from dp_accounting.rdp import RdpAccountant
 
-from fairbench.workflows.advise import Request, applicable, joint_candidates, plan
+from fairbench.privacy import PrivacyLedger, rdp
+from fairbench.workflows import advise as flow
+
+RELEASE_KEYS = {"release", "method", "hparams", "knob", "knob_name", "selected",
+                "noisy_validation_error", "noisy_validation_violation",
+                "reads_sensitive_attribute_at_test", "constraint", "tau", "data", "epsilon",
+                "delta", "accounting", "noise", "preprocessing", "features"}  # fmt: skip
 
 
 def people(n: int = 1500, seed: int = 0) -> pd.DataFrame:
@@ -29,23 +42,33 @@ def table(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def dp_sgd_spaces(tmp_path_factory):
+    """One DP-SGD plan (only the step size is searched): accountable by dp-accounting alone."""
+    path = tmp_path_factory.mktemp("spaces") / "spaces.yaml"
+    path.write_text(yaml.safe_dump({"methods": [{
+        "name": "dp-sgd", "unconstrained": True, "hparams": {"epochs": 2, "batch_size": 64},
+        "space": {"lr": {"log": [0.1, 2.0]}}}]}))  # fmt: skip
+    return path
+
+
 ARGS = ["--label", "outcome", "--sensitive", "group", "--positive", "yes", "--epsilon", "2",
-        "--tau", "0.1", "--budget", "1.5", "--repeats", "2", "--method", "dp-sgd",
-        "--method", "cgoo", "--workers", "1", "--quiet"]  # fmt: skip
+        "--tau", "0.1", "--budget", "1.5", "--repeats", "2", "--support", "3", "--method",
+        "dp-sgd", "--method", "cgoo", "--workers", "1", "--quiet"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def advised(table, tmp_path_factory):
+    """One advise run as a user runs it: no seed, so its noise is secret."""
+    import contextlib
+    import io
+    import sys
+
     from fairbench.cli import main
 
     out = tmp_path_factory.mktemp("advised") / "out"
-    import sys
-
     argv, sys.argv = sys.argv, ["fairbench", "advise", str(table), *ARGS, "--out", str(out),
                                 "--json"]  # fmt: skip
-    import contextlib
-    import io
-
     buffer = io.StringIO()
     try:
         with contextlib.redirect_stdout(buffer):
@@ -57,71 +80,167 @@ def advised(table, tmp_path_factory):
     return out, json.loads(buffer.getvalue())
 
 
-def test_the_release_is_one_selection_at_the_users_epsilon_and_its_model_is_saved(advised):
+def test_the_release_holds_only_what_its_analysis_covers(advised):
+    """OUT/release is model.pt and release.json; release.json and the JSON's release carry
+    the chosen configuration, its noisy score, epsilon, delta and the accounting, and no
+    candidate count, seed, index, trial id or other candidate."""
     out, result = advised
     release = result["release"]
-    assert release["total_epsilon"] <= 2.0 and release["total_epsilon"] > 1.9
-    assert release["count"] == len(release["candidates"]) >= 1
-    assert {c["label"].split("#")[0] for c in release["candidates"]} <= {"dp-sgd", "cgoo"}
-    assert result["methods"] == ["dp-sgd", "cgoo"]
-    # seeded: K = 2, both dp-sgd, both within tau on their noisy scores
-    assert result["recommendation"] == "dp-sgd" == release["released"]["method"]
-    state = torch.load(out / "model" / "parameters.pt", weights_only=False)
-    assert state["components"]
-    ledger = json.loads((out / "model" / "ledger.json").read_text())
-    assert ledger["total_epsilon"] == release["total_epsilon"]
-    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
-    # the majority-class reference, on the release's split (seed 0), recomputed
-    from fairbench.datasets import get_dataset
+    assert set(release) == RELEASE_KEYS | {"folder"}
+    stored = json.loads((out / "release" / "release.json").read_text())
+    assert set(stored) == RELEASE_KEYS and stored == {k: v for k, v in release.items()
+                                                      if k != "folder"}  # fmt: skip
+    assert 1.9 < release["epsilon"] <= 2.0 and release["delta"] == 1e-5
+    assert release["release"].startswith("(epsilon, delta)-DP release")
+    assert release["noise"].startswith("float64, seeded from the operating system's entropy")
+    text = (out / "release" / "release.json").read_text() + json.dumps(release)
+    for leak in ("seed", "count\"", "candidates", "trial_id", "#", "split_seed", "sha256",
+                 "val_outcome_cells", "test_error"):  # fmt: skip
+        assert leak not in text, leak
+    assert release["accounting"]["count_law"] == {"law": "poisson", "mean": 3.0}
+    names = {p.name for p in (out / "release").iterdir()}
+    if release["method"] is None:
+        assert names == {"release.json"} and result["recommendation"] is None
+    else:
+        assert names == {"model.pt", "release.json"}
+        assert release["method"] in {"dp-sgd", "cgoo"} == set(result["methods"])
+        assert torch.load(out / "release" / "model.pt", weights_only=False)["components"]
+        assert math.isfinite(release["noisy_validation_error"])
+    # the candidates trained in a temporary folder that is gone
+    assert sorted(p.name for p in out.iterdir()) == ["comparison", "release", "report.html",
+                                                     "report.md"]  # fmt: skip
 
-    task = get_dataset("csv", path=result["data"]["csv"], label="outcome", sensitive="group",
-                       positive="yes", missing="drop").load(0)  # fmt: skip
-    majority = int(task.train.y.mean() >= 0.5)
-    assert result["majority_error"] == pytest.approx(np.mean(task.test.y != majority))
-    assert release["released"]["test_error"] < result["majority_error"]
 
-
-def test_the_comparison_costs_more_than_the_release_and_says_so(advised):
+def test_every_exact_statistic_is_under_the_not_private_heading(advised):
     out, result = advised
-    assert {row["method"] for row in result["comparison"]} == {"dp-sgd", "cgoo"}
-    for row in result["comparison"]:  # a repeat that released nothing is a miss
+    exact = result["not_private"]
+    assert exact["note"].startswith("not private: computed exactly from your data")
+    assert sum(exact["split"].values()) == exact["rows"] == 1500
+    assert sum(exact["training_rows_per_group"].values()) == exact["split"]["train"]
+    assert {row["method"] for row in exact["comparison"]} == {"dp-sgd", "cgoo"}
+    for row in exact["comparison"]:  # a repeat that released nothing is a miss
         released, repeats = map(int, row["released"].split("/"))
         assert repeats == 2 and row["held"] <= released
         assert row["satisfied"] == row["held"] / repeats
-    assert result["epsilon_spent_on_data"] > result["release"]["total_epsilon"]
-    assert "Privacy spent on this data" in (out / "report.md").read_text()
+    assert 0 < exact["majority_error"] < 0.6
+    report = (out / "report.md").read_text()
+    assert "## Not private" in report and "## Release" in report
+    assert "seed" not in report  # the request's seed is written only when the user gave one
+    spent = result["epsilon_spent_on_data"]
+    assert spent["total"] > spent["release"] and spent["plan_counts"] == pytest.approx(0.2)
 
 
-def test_candidates_are_drawn_without_the_data():
-    """The release's candidate list depends on the seed and the methods only."""
-    request = Request({"name": "synthetic", "options": {"n_rows": 600}}, 2.0,
-                      "demographic_parity", 0.1, only=("dp-sgd", "cgoo"))  # fmt: skip
-    methods, skipped = applicable("demographic_parity", False, 1000, ("dp-sgd", "cgoo"))
-    assert [m.name for m in methods] == ["dp-sgd", "cgoo"] and "raco-dp" in skipped
-    assert methods[0].space["batch_size"] == [10, 20, 40, 80]
-    from fairbench.workflows.advise import _tune_config
+def _request(table, spaces, **change) -> flow.Request:
+    request = flow.Request({"csv": str(table), "label": "outcome", "sensitive": "group",
+                            "positive": "yes", "missing": "drop"}, 2.0, "demographic_parity",
+                           0.5, budget=1.0, repeats=2, spaces=str(spaces), support=2)  # fmt: skip
+    return replace(request, **change)
 
-    config = _tune_config(request, methods, "x", 6.0, [0, 1])
-    assert joint_candidates(config) == joint_candidates(config)
-    other = _tune_config(request, methods, "x", 6.0, [5, 6])
-    assert joint_candidates(other) == joint_candidates(config)  # repeats do not enter
-    assert plan is not None
+
+def test_unseeded_releases_draw_fresh_noise_and_seeded_ones_say_they_are_not_releases(
+    table, dp_sgd_spaces, tmp_path
+):
+    """Two runs without a seed draw other candidates and noise (the OS's entropy); with
+    `--seed` a run repeats exactly and every output says it is not a DP release."""
+    releases = []
+    for name, seed in (("a", None), ("b", None), ("c", 5), ("d", 5)):
+        plan_ = flow.plan(_request(table, dp_sgd_spaces, seed=seed))
+        plan_ = replace(plan_, candidates=plan_.candidates or _one(plan_))
+        releases.append(flow.release(plan_, tmp_path / name, 1).public)
+    unseeded, seeded = releases[:2], releases[2:]
+    assert unseeded[0]["noisy_validation_error"] != unseeded[1]["noisy_validation_error"]
+    assert seeded[0] == seeded[1]
+    assert all(r["release"] == flow.NOT_A_RELEASE for r in seeded)
+    assert all(r["noise"] == "seeded float64: regenerable from the seed" for r in seeded)
+    from fairbench.workflows.advise_report import plan_text
+
+    assert "not a DP release" in plan_text(flow.plan(_request(table, dp_sgd_spaces, seed=5)))
+
+
+def _one(plan_: flow.Plan):
+    """A release that happened to draw no candidate, given one (the test needs a score)."""
+    spec = plan_.support[0]
+    return [replace(spec, epsilon=plan_.budget.training_epsilon, seed=11,
+                    dataset_options={**spec.dataset_options})]  # fmt: skip
+
+
+def test_no_candidate_releases_nothing_inside_the_accounted_law(table, dp_sgd_spaces, tmp_path):
+    """K = 0 is one of the law's outcomes: the release says nothing was selected and still
+    states its epsilon, like a release whose candidates all missed tau (it does not say
+    which), instead of asking for a rerun."""
+    plan_ = flow.plan(_request(table, dp_sgd_spaces, seed=1))
+    record = flow.release(replace(plan_, candidates=[]), tmp_path / "out", 1)
+    assert not record.selected and record.public["method"] is None
+    assert record.public["selected"].startswith("nothing: no candidate's noisy validation")
+    assert record.public["epsilon"] == plan_.budget.total_epsilon
+    assert [p.name for p in (tmp_path / "out" / "release").iterdir()] == ["release.json"]
+
+
+def test_the_privacy_spent_is_recomputed_with_dp_accounting(table, dp_sgd_spaces, tmp_path):
+    """One DP-SGD plan per selection: dp-accounting's RDP accountant composes the release's
+    RepeatAndSelect event, the plan's Laplace counts and one RepeatAndSelect event per
+    comparison repeat (each repeat's candidates draw their own noise, so they compose), and
+    gets the printed total."""
+    plan_ = flow.plan(_request(table, dp_sgd_spaces, seed=3))
+    _, table_ = flow.run_advice(plan_, tmp_path / "out", 1, True)
+    spent = flow.looking_cost(plan_, tmp_path / "out")
+    (record,) = json.loads((tmp_path / "out" / "comparison" / "private" / "selections.json")
+                           .read_text())  # fmt: skip
+    (training,) = record["candidate_plans"]
+
+    def candidate(plan: dict, scale: float) -> dp_event.DpEvent:
+        return dp_event.ComposedDpEvent([PrivacyLedger.from_json(plan).event,
+                                         dp_event.LaplaceDpEvent(scale)])  # fmt: skip
+
+    (release_plan,) = plan_.budget.plans
+    events = [
+        dp_event.RepeatAndSelectDpEvent(candidate(release_plan, plan_.budget.score_scale),
+                                        1.0, math.inf),
+        dp_event.LaplaceDpEvent(plan_.plan_counts_scale),
+        *[dp_event.RepeatAndSelectDpEvent(candidate(training, record["score_laplace_scale"]),
+                                          1.0, math.inf)] * len(record["repeats"]),
+    ]  # fmt: skip
+    again = RdpAccountant(orders=list(rdp.ORDERS)).compose(dp_event.ComposedDpEvent(events))
+    assert spent["total"] == pytest.approx(again.get_epsilon(1e-5), rel=1e-9)
+    assert len(record["repeats"]) == 2 and len(table_) == 1
 
 
 @pytest.mark.parametrize(
-    ("extra", "message"),
+    ("extra", "spaces", "message"),
     [
-        (["--epsilon", "0"], "--epsilon must be a finite number > 0"),
-        (["--tau", "1.5"], "--tau is an allowed violation in (0, 1)"),
-        (["--method", "erm"], "--method erm: advise chooses among"),
-        (["--constraint", "bounded_group_loss"], "advise scores the rate constraints"),
-        (["--sensitive", "grup"], "did you mean 'group'"),
+        (["--epsilon", "0"], None, "--epsilon must be a finite number > 0"),
+        (["--delta", "1"], None, "--delta must lie strictly between 0 and 1"),
+        (["--tau", "1.5"], None, "--tau is an allowed violation in (0, 1)"),
+        (["--method", "erm"], None, "--method erm: advise chooses among"),
+        (["--constraint", "bounded_group_loss"], None, "advise scores the rate constraints"),
+        (["--sensitive", "grup"], None, "did you mean 'group'"),
+        # private selection refuses what is not whole-record DP, before anything runs
+        ([], [{"name": "jagielski-oracle", "hparams": {"privacy_notion": "sensitive-attribute"}}],
+         "candidate jagielski-oracle#0: method jagielski-oracle with privacy_notion: "
+         "sensitive-attribute is not (epsilon, delta)-DP for the whole record"),
+        ([], [{"name": "dp-fermi", "hparams": {"marginals": "public"}}],
+         "method dp-fermi with marginals: public is not (epsilon, delta)-DP for the whole "
+         "record (it reads the marginals exactly)"),
+        ([], [{"name": "pf-ld", "hparams": {"calibrate": "noise"},
+               "space": {"privacy_notion": ["sensitive-attribute"]}}],
+         "set privacy_notion: full or leave the method out"),
+        (["--allow-sensitive-at-test"],
+         [{"name": "jagielski-post", "hparams": {"privacy_notion": "sensitive-attribute"}}],
+         "method jagielski-post with privacy_notion: sensitive-attribute"),
+        ([], [{"name": "erm"}], "method erm is not private"),
     ],
-)
-def test_bad_requests_are_one_line_and_write_nothing(cli, table, tmp_path, extra, message):
+    ids=["epsilon", "delta", "tau", "method", "constraint", "column", "oracle-notion",
+         "fermi-marginals", "pf-ld-searched-notion", "post-notion", "non-private"],
+)  # fmt: skip
+def test_bad_requests_are_one_line_and_write_nothing(cli, table, tmp_path, extra, spaces,
+                                                     message):  # fmt: skip
     out = tmp_path / "out"
-    args = [*ARGS, *extra]
-    code, _, stderr = cli("advise", str(table), *args, "--out", str(out))
+    args = [a for a in ARGS if a not in ("dp-sgd", "cgoo", "--method")] if spaces else ARGS
+    if spaces is not None:
+        path = tmp_path / "spaces.yaml"
+        path.write_text(yaml.safe_dump({"methods": spaces}))
+        args = [*args, "--spaces", str(path)]
+    code, _, stderr = cli("advise", str(table), *args, *extra, "--out", str(out))
     lines = [line for line in stderr.strip().splitlines() if line.startswith("error:")]
     assert code == 2 and len(lines) == 1 and message in lines[0], stderr
     assert not out.exists()
@@ -129,21 +248,37 @@ def test_bad_requests_are_one_line_and_write_nothing(cli, table, tmp_path, extra
 
 def test_the_plan_warns_when_the_private_score_cannot_resolve_tau():
     """The noise on a group's rate is 2b / rows (b the score's Laplace scale; rows of the
-    group, or of its rarest conditioning label for equalized odds): over tau / 2 on the
-    best-measured group is a warning that few candidates will pass; otherwise groups whose
-    noise exceeds tau are named."""
-    from types import SimpleNamespace
-
+    group, or of its rarest conditioning label for equalized odds, from the plan's noisy
+    counts): over tau / 2 on the best-measured group is a warning that few candidates will
+    pass; otherwise groups whose noise exceeds tau are named."""
     from fairbench.workflows.advise import score_noise, score_noise_notes
 
-    s = np.array([0] * 400 + [1] * 40)
-    y = np.array(([0] * 300 + [1] * 100) + ([0] * 30 + [1] * 10))
-    task = SimpleNamespace(group_names=("big", "small"), val=SimpleNamespace(s=s, y=y))
-    assert score_noise(task, "demographic_parity", 2.0) == {"big": (400, 0.01), "small": (40, 0.1)}
-    assert score_noise(task, "equalized_odds", 2.0) == {"big": (100, 0.04), "small": (10, 0.4)}
-    assert score_noise_notes(score_noise(task, "demographic_parity", 2.0), 0.2) == []
-    (named,) = score_noise_notes(score_noise(task, "demographic_parity", 2.0), 0.05)
+    counts = np.array([[300.2, 99.9], [30.4, 9.6]])  # noisy rows by (group, label)
+    groups = ("big", "small")
+    assert score_noise(counts, groups, "demographic_parity", 2.0) == {
+        "big": (400, 0.01), "small": (40, 0.1)}  # fmt: skip
+    assert score_noise(counts, groups, "equalized_odds", 2.0) == {
+        "big": (100, 0.04), "small": (10, 0.4)}  # fmt: skip
+    assert score_noise_notes(score_noise(counts, groups, "demographic_parity", 2.0), 0.2) == []
+    (named,) = score_noise_notes(score_noise(counts, groups, "demographic_parity", 2.0), 0.05)
     assert "'small'" in named and "'big'" not in named and "--other" in named
-    (swamped,) = score_noise_notes(score_noise(task, "demographic_parity", 8.0), 0.05)
+    (swamped,) = score_noise_notes(score_noise(counts, groups, "demographic_parity", 8.0), 0.05)
     assert swamped.startswith("the validation score's noise swamps tau = 0.05")
-    assert "'big', 400 validation rows" in swamped and "'small' (40 rows)" in swamped
+    assert "'big', about 400 validation rows" in swamped and "'small' (about 40 rows)" in swamped
+
+
+def test_the_plans_counts_are_a_noisy_session_release(table):
+    """The warnings read the validation part's (group, label) counts through a Laplace
+    release of scale 1 / (epsilon / 10), drawn by a privacy session."""
+    from fairbench.datasets import get_dataset
+    from fairbench.privacy.noise import observe_releases
+
+    task = get_dataset("csv", path=str(table), label="outcome", sensitive="group",
+                       positive="yes").load(0)  # fmt: skip
+    seen = []
+    with observe_releases(lambda kind, exact, noisy: seen.append((kind, exact)) or noisy):
+        noisy = flow.plan_counts(task, 5.0, 1, False)
+    ((kind, exact),) = seen
+    exact = exact[0].numpy()
+    assert kind == "laplace" and exact.sum() == len(task.val) and noisy.shape == exact.shape
+    assert not np.array_equal(noisy, exact) and (noisy >= 0).all()

@@ -21,7 +21,7 @@ from fairbench.models import LogisticRegression
 from fairbench.privacy import PrivacyBudget, epsilon
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.pld import SubstitutionSampledDpEvent
-from fairbench.privacy.session import PrivacyNotion, PrivacySession, canonical
+from fairbench.privacy.session import Guarantee, PrivacyNotion, PrivacySession, canonical
 from fairbench.runner.trial import decisions
 from tests.clipping import ClippedGradients
 from tests.conftest import needs_adult
@@ -123,7 +123,7 @@ def test_the_sensitive_part_is_clipped_and_the_parts_sum_to_the_gradient():
         norm = math.sqrt(sum(float((g**2).sum()) for g in clipped(x[i : i + 1], one, 0.7)))
         assert norm <= 0.7 + 1e-5
     session = PrivacySession(0, budget=PrivacyBudget(1.0))
-    session.notion = PrivacyNotion.SENSITIVE_ATTRIBUTE  # a substitution moves it by twice
+    session.guarantee = Guarantee(PrivacyNotion.SENSITIVE_ATTRIBUTE)  # a substitution moves it by twice
     assert session.gaussian_sum(jo.LEARNER, 0.7, 2.0).sensitivity == pytest.approx(1.4)
 
 

@@ -28,10 +28,10 @@ from fairbench.privacy.session import PrivacyContractError
 from fairbench.rundir.store import finished_rows
 from fairbench.streams import numpy_stream
 from fairbench.workflows.private_selection import (
-    SCORE_STREAM,
     _check_ledger,
     candidate_seed,
     draw_counts,
+    draw_picks,
     noisy_cells,
     run_private,
     score,
@@ -79,13 +79,27 @@ def test_the_candidate_count_follows_its_law(law):
 
 def test_the_noisy_score_adds_laplace_noise_of_its_stated_scale_to_each_count():
     """Sensitivity 1 per table (one record, one cell): the noise is Laplace(scale) per cell,
-    so its mean absolute value is the scale and its standard deviation sqrt(2) scale."""
+    so its mean absolute value is the scale and its standard deviation sqrt(2) scale. It is
+    drawn by a privacy session of the candidate's seed: the same seed, the same noise."""
     cells = np.arange(8.0).reshape(2, 2, 2) * 10
-    rng = numpy_stream(1, SCORE_STREAM)
-    noise = np.stack([noisy_cells(cells, 3.0, rng) - cells for _ in range(20_000)])
+    noise = np.stack([noisy_cells(cells, 3.0, seed) - cells for seed in range(20_000)])
     assert np.abs(noise).mean() == pytest.approx(3.0, rel=0.02)
     assert noise.std() == pytest.approx(math.sqrt(2) * 3.0, rel=0.02)
     assert np.abs(noise.mean(axis=0)).max() < 0.1  # centred, every cell
+    assert np.array_equal(noisy_cells(cells, 3.0, 7), noisy_cells(cells, 3.0, 7))
+
+
+def test_the_noisy_score_is_a_planned_session_release():
+    """The score's noise goes through a privacy session (no numpy draw outside it): an
+    observer of the session's releases sees one Laplace release of the exact table."""
+    from fairbench.privacy.noise import observe_releases
+
+    seen = []
+    cells = np.ones((2, 2, 2))
+    with observe_releases(lambda kind, exact, noisy: seen.append((kind, exact)) or noisy):
+        noisy_cells(cells, 2.0, 3)
+    assert len(seen) == 1 and seen[0][0] == "laplace"
+    assert np.array_equal(seen[0][1][0].numpy().reshape(2, 2, 2), cells)
 
 
 def test_the_score_is_the_suites_metrics_on_the_table():
@@ -167,16 +181,20 @@ def test_the_stored_total_is_recomputed_independently(selected):
 
 
 def test_candidates_are_the_recorded_draws_trained_at_the_calibrated_budget(selected):
-    """K per repeat comes from its seeded stream; repeat r trains candidates 0..K-1 on split r,
-    each with its own seed, at the training epsilon the calibration found."""
+    """K per repeat comes from its seeded stream, each candidate's configuration uniformly
+    from the method's support; repeat r trains its K candidates on split r, each with its own
+    seed, at the training epsilon the calibration found."""
     config, _, _, (record,), rows = selected
     counts = draw_counts(config)["dp-sgd"]
+    picks = draw_picks(config, {"dp-sgd": counts})["dp-sgd"]
     assert [r["count"] for r in record["repeats"]] == counts
     assert len(rows) == sum(counts) and sum(counts) > 0
-    for repeat, k in zip(config.final_seeds, counts, strict=True):
+    assert record["support"] == config.support and len(record["plan_of"]) == config.support
+    for repeat, chosen in zip(config.final_seeds, picks, strict=True):
         mine = [r for r in rows if r["dataset_options"]["split_seed"] == repeat]
-        assert sorted(r["label"] for r in mine) == [f"dp-sgd#{i}" for i in range(k)]
-        assert {r["seed"] for r in mine} == {candidate_seed(repeat, i) for i in range(k)}
+        assert sorted(r["label"] for r in mine) == sorted(f"dp-sgd#{u}" for u in chosen)
+        seeds = {candidate_seed(config.seed, "dp-sgd", repeat, i) for i in range(len(chosen))}
+        assert {r["seed"] for r in mine} == seeds
     assert {r["epsilon"] for r in rows} == {record["training_epsilon"]}
     assert record["training_epsilon"] == pytest.approx(record["candidate_epsilon"] / 2)
     assert record["score_laplace_scale"] == pytest.approx(2 / record["candidate_epsilon"])
@@ -184,17 +202,17 @@ def test_candidates_are_the_recorded_draws_trained_at_the_calibrated_budget(sele
 
 def test_the_release_is_the_best_noisy_score_and_the_noise_is_reproducible(selected):
     _, _, _, (record,), rows = selected
-    by_key = {(r["label"], r["seed"]): r for r in rows}
+    by_id = {r["trial_id"]: r for r in rows}
     for repeat in record["repeats"]:
-        for i, cand in enumerate(repeat["candidates"]):
-            row = by_key[(cand["label"], candidate_seed(repeat["repeat"], i))]
+        for cand in repeat["candidates"]:
+            row = by_id[cand["trial_id"]]
             cells = np.asarray(row["info"]["val_outcome_cells"])
             # the exact table gives the trial's own validation numbers
             exact = score(cells, "demographic_parity")
             assert exact == pytest.approx((row["val_error"], row["val_violation"]))
-            rng = numpy_stream(row["seed"], SCORE_STREAM)
             noisy = score(
-                noisy_cells(cells, record["score_laplace_scale"], rng), "demographic_parity"
+                noisy_cells(cells, record["score_laplace_scale"], row["seed"]),
+                "demographic_parity",
             )
             assert noisy == pytest.approx((cand["val_error"], cand["val_violation"]), nan_ok=True)
         for target, released in repeat["released"].items():
@@ -245,8 +263,7 @@ def test_candidates_of_different_mechanisms_are_accounted_by_the_max_of_their_cu
     alone = [RdpAccountant(orders=ORDERS).compose(dp_event.RepeatAndSelectDpEvent(e, 4.0, math.inf))
              .get_epsilon(config.delta) for e in events]  # fmt: skip
     assert total >= max(alone) - 1e-12
-    drawn = max(r["count"] for r in record["repeats"])
-    assert sorted(record["plan_of"]) == sorted(f"dp-sgd#{i}" for i in range(drawn))
+    assert sorted(record["plan_of"]) == sorted(f"dp-sgd#{u}" for u in range(config.support))
     assert set(record["plan_of"].values()) == {0, 1}
 
 
@@ -325,7 +342,7 @@ def test_calibrations_in_worker_processes_come_back_in_job_order():
     from fairbench.workflows.private_selection import _calibrate_all, candidate_templates
     from fairbench.workflows.tune import sample_configurations
 
-    config = TuneConfig.model_validate({**BASE, "epsilons": [1.0, 3.0]})
+    config = TuneConfig.model_validate({**BASE, "epsilons": [1.0, 3.0], "support": 2})
     templates = candidate_templates(config, sample_configurations(config, 2))
     jobs = [[templates[("synthetic", eps, f"dp-sgd#{i}")] for i in range(2)] for eps in (1.0, 3.0)]
     low, high = _calibrate_all(config, jobs, 2)

@@ -59,12 +59,17 @@ def test_the_uncharged_twin_runs_the_same_candidates_at_the_full_epsilon_scored_
     assert math.isnan(free["total_epsilon"]) and "not charged" in free["accounting_note"]
     assert paid["training_epsilon"] < 1.0 and paid["total_epsilon"] == pytest.approx(2.0, rel=0.01)
     # exact scores: each candidate's validation error is its trial's own
-    rows = {(r["label"], r["seed"]): r for r in finished_rows(
+    rows = {r["trial_id"]: r for r in finished_rows(
         arms["uncharged"] / "private" / "synthetic-eps2", "test")}  # fmt: skip
     for repeat in free["repeats"]:
-        for i, candidate in enumerate(repeat["candidates"]):
-            row = rows[(candidate["label"], candidate_seed(repeat["repeat"], i))]
+        for candidate in repeat["candidates"]:
+            row = rows[candidate["trial_id"]]
             assert candidate["val_error"] == pytest.approx(row["val_error"], abs=1e-12)
+    paid_ids = [c["trial_id"] for r in paid["repeats"] for c in r["candidates"]]
+    free_seeds = [rows[c["trial_id"]]["seed"] for r in free["repeats"] for c in r["candidates"]]
+    assert len(paid_ids) == len(free_seeds)  # the same candidates, with the same seeds:
+    assert free_seeds == [candidate_seed(0, "dp-sgd", r["repeat"], i)
+                          for r in free["repeats"] for i in range(r["count"])]  # fmt: skip
     md = (arms["uncharged"] / "tuning.md").read_text()
     assert "tuning not charged" in md and "not charged |" in md
 

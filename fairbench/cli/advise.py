@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -51,7 +52,20 @@ def advise(
     allow_sensitive_at_test: Annotated[
         bool, typer.Option(help="also methods whose predictions read the sensitive attribute")
     ] = False,
-    seed: Annotated[int, typer.Option(help="seed of the draws, splits and noise")] = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="reproducible demonstration: every draw from this seed (NOT a DP "
+                     "release; default: the OS's entropy, never written)"),
+    ] = None,
+    secure_noise: Annotated[
+        bool, typer.Option(help="exact discrete noise from OpenDP for training and scores")
+    ] = False,
+    spaces: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="search spaces (configs/advise.yaml's form)")
+    ] = None,
+    support: Annotated[
+        int, typer.Option(min=1, help="configurations per method a candidate is drawn from")
+    ] = 8,
     out: Annotated[Path | None, typer.Option(help="output folder (default advise-NAME)")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object at the end")] = (
@@ -63,27 +77,29 @@ def advise(
     it cost? One private selection over every applicable (method, configuration) releases a
     model and the recommendation at your epsilon (tuning paid for); a per-method comparison
     beside it is an analysis whose privacy cost is printed."""
-    from fairbench.datasets import get_dataset
     from fairbench.runner.execute import default_workers
     from fairbench.workflows import advise as flow
+    from fairbench.workflows import advise_report as text
 
+    if secure_noise and importlib.util.find_spec("opendp") is None:
+        from fairbench.privacy.noise import OPENDP_MISSING
+
+        raise ConfigError(f"--secure-noise: {OPENDP_MISSING}")
     entry = {"csv": str(data), "label": label, "sensitive": sensitive, "missing": missing,
              **({"positive": positive} if positive is not None else {}),
              **({"drop": drop} if drop else {}), **({"other": other} if other else {}),
              **({"bounds": str(bounds)} if bounds else {})}  # fmt: skip
-    options = {k if k != "csv" else "path": v for k, v in entry.items()}
-    adapter = get_dataset("csv", **options)
     say = err_console.print if as_json else console.print
-    for notice in adapter.notices():
-        say(f"note: {notice}", soft_wrap=True)
     request = flow.Request(entry, epsilon, constraint, tau, delta, budget, repeats,
-                           allow_sensitive_at_test, seed, tuple(method or ()))  # fmt: skip
+                           allow_sensitive_at_test, seed, tuple(method or ()),
+                           None if spaces is None else str(spaces), support,
+                           secure_noise)  # fmt: skip
     if not quiet:
         say("calibrating the release's private selection to your epsilon (a minute or two)")
     plan = flow.plan(request)
     workers = workers or default_workers()
     flow.estimate(plan, workers)
-    say(flow.plan_text(plan), soft_wrap=True)
+    say(text.plan_text(plan), soft_wrap=True)
     if max_time is not None and plan.estimated_seconds and plan.estimated_seconds > max_time:
         raise ConfigError(
             f"the plan is estimated at {plan.estimated_seconds:.0f} s, over --max-time "
@@ -93,16 +109,14 @@ def advise(
     record, table = flow.run_advice(plan, out, workers, quiet or as_json,
                                     lambda line: say(line, soft_wrap=True))  # fmt: skip
     spent = flow.looking_cost(plan, out)
-    report = flow.write_report(plan, record, table, spent, out)
+    report = text.write_report(plan, record, table, spent, out)
     if as_json:
-        print(json.dumps(flow.advice_json(plan, record, table, spent, out), indent=1,
+        print(json.dumps(text.advice_json(plan, record, table, spent, out), indent=1,
                          default=float))  # fmt: skip
         return
-    console.print(flow.comparison_text(table, spent, plan), soft_wrap=True)
-    console.print(flow.recommendation_text(plan, record, table), soft_wrap=True)
+    console.print(text.release_text(plan, record, out), soft_wrap=True)
+    console.print(text.exact_text(plan, record, table), soft_wrap=True)
+    console.print(text.spent_text(plan, spent), soft_wrap=True)
     console.print(f"report: {report}", soft_wrap=True)
-    if record["released"] is not None:
-        console.print(f"model: {out / 'model'} (parameters.pt, config.yaml, ledger.json)",
-                      soft_wrap=True)  # fmt: skip
-    if math.isnan(spent):
+    if math.isnan(spent["total"]):
         err_console.print("warning: the comparison's total epsilon could not be computed")

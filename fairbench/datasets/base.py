@@ -33,18 +33,22 @@ class DatasetOptions(BaseModel):
 
     Every adapter inherits `n_train` (subsample the training part, see `build_task`). While
     unset it is left out of the dump, so the trial ids and provenance of configs that never
-    set it are what they were before the option existed.
+    set it are what they were before the option existed; an adapter's options added later
+    are listed in `OMITTED_AT` with the value at which they are left out likewise.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    OMITTED_AT: ClassVar[dict[str, Any]] = {"n_train": None}
 
     n_train: int | None = Field(None, ge=1, description="training rows to keep (stratified)")
 
     @model_serializer(mode="wrap")
-    def _omit_unset_n_train(self, handler: SerializerFunctionWrapHandler) -> Any:
+    def _omit_later_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        if isinstance(data, dict) and data.get("n_train", 0) is None:
-            del data["n_train"]
+        if isinstance(data, dict):
+            for key, value in self.OMITTED_AT.items():
+                if key in data and data[key] == value:
+                    del data[key]
         return data
 
 
@@ -114,6 +118,18 @@ def stratified_split(strata: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndar
         parts[0].append(idx[n_test + n_val :])
     train, val, test = (np.sort(np.concatenate(p)) for p in parts)
     return train, val, test
+
+
+def independent_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Train / validation / test indices with each record's part decided by its own coin
+    (test with probability 25%, validation 15% of the rest, else train), independently of
+    every other record and of the data: adding or removing a record moves no other record
+    between parts, which the add/remove analysis of a release that trains on one part and
+    scores on another needs (a stratified split does not give it). Parts' sizes are random."""
+    u = numpy_stream(seed, "split").random(n)
+    val_end = TEST_FRACTION + (1 - TEST_FRACTION) * VAL_FRACTION
+    test, val = u < TEST_FRACTION, (u >= TEST_FRACTION) & (u < val_end)
+    return np.flatnonzero(~(test | val)), np.flatnonzero(val), np.flatnonzero(test)
 
 
 def unit_split(

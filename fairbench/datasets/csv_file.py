@@ -23,13 +23,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
-from fairbench.datasets.base import Dataset, DatasetOptions, build_task, split_rows
+from fairbench.datasets.base import (
+    Dataset,
+    DatasetOptions,
+    build_task,
+    independent_split,
+    split_rows,
+)
 from fairbench.datasets.csv_bounds import Bounds, bounded_features, load_bounds
 from fairbench.datasets.csv_read import read_csv_file, require_columns
 from fairbench.datasets.csv_roles import (
@@ -55,6 +61,7 @@ NOT_PRIVATE = (
 
 
 class CsvOptions(DatasetOptions):
+    OMITTED_AT: ClassVar[dict[str, Any]] = {**DatasetOptions.OMITTED_AT, "split": "stratified"}
     path: str = Field(description="the CSV file (relative paths: from the current directory)")
     label: str = Field(description="the label column")
     sensitive: str = Field(description="the sensitive-attribute column; its values are groups")
@@ -77,6 +84,11 @@ class CsvOptions(DatasetOptions):
     delimiter: str = Field(",", description="the field separator")
     sha256: str | None = Field(None, description="the file's checksum (pinned when a run starts)")
     bounds_sha256: str | None = Field(None, description="the bounds file's checksum (pinned)")
+    split: Literal["stratified", "per-record"] = Field(
+        "stratified",
+        description="stratified on label x group, or each row's part by its own coin "
+        "(what `fairbench advise` uses: the add/remove analysis of its release needs it)",
+    )
 
     @field_validator("path", "bounds")
     @classmethod
@@ -175,9 +187,16 @@ class CsvFile(Dataset):
                 counts = ", ".join(f"{c}: {n}" for c, n in missing.items())
                 raise DataError(f"csv: {path}: every row misses a feature value ({counts}); "
                                 "use `missing: impute` or drop those columns")  # fmt: skip
-        label = binarise(frame[o.label], o.label, o.positive, path)
-        s, group_names, group_of = group_codes(frame[o.sensitive], o.sensitive, o.groups,
-                                               o.other, path)  # fmt: skip
+        try:
+            label = binarise(frame[o.label], o.label, o.positive, path)
+            s, group_names, group_of = group_codes(frame[o.sensitive], o.sensitive, o.groups,
+                                                   o.other, path)  # fmt: skip
+        except DataError as exc:  # say what was dropped first: it may be why
+            dropped_now = {why: n for why, n in dropped.items() if n}
+            if not dropped_now:
+                raise
+            raise DataError(f"{exc} (after dropping {_counts(dropped_now)} of {rows_read} "
+                            "rows)") from None  # fmt: skip
         return Profile(path, sha256_of(path), rows_read, frame, roles, label, s, group_names,
                        group_of, dropped, missing, table.duplicates, bounds)  # fmt: skip
 
@@ -214,8 +233,9 @@ class CsvFile(Dataset):
 
     def load(self, seed: int, root: Path | None = None) -> Task:
         p = self.profile
+        given = independent_split(len(p.s), seed) if self.options.split == "per-record" else None
         (train, val, test), record = split_rows(self._strata(p), seed, self._record(p),
-                                                self.name, True)  # fmt: skip
+                                                self.name, True, given)  # fmt: skip
         if p.bounds is not None:
             numeric, categorical = (
                 pd.DataFrame(index=p.frame.index),

@@ -37,7 +37,8 @@ def read_csv_file(path: Path, delimiter: str = ",") -> CsvTable:
     """The file as a table of strings, or one `DataError` naming what is wrong with it."""
     if not path.is_file():
         raise DataError(f"csv: no file at {path}; give the path of a CSV file")
-    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8" export) is not part of the first name
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:
         header = next(csv.reader(fh, delimiter=delimiter), None)
     if header is None or not any(name.strip() for name in header):
         raise DataError(f"csv: {path} is empty; a CSV file needs a header line and data rows")
@@ -46,7 +47,8 @@ def read_csv_file(path: Path, delimiter: str = ",") -> CsvTable:
         raise DataError(_one_column(path, header[0], delimiter))
     try:
         frame = pd.read_csv(path, sep=delimiter, dtype=str, keep_default_na=False,
-                            na_values=list(MISSING_TOKENS), skipinitialspace=True)  # fmt: skip
+                            na_values=list(MISSING_TOKENS), skipinitialspace=True,
+                            encoding="utf-8-sig")  # fmt: skip
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         detail = str(exc).strip().splitlines()[-1]
         raise DataError(

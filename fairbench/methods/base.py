@@ -25,7 +25,13 @@ from fairbench.errors import ConfigError
 from fairbench.methods.knob import Knob
 from fairbench.models import ModelKind
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
-from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
+from fairbench.privacy.session import (
+    Guarantee,
+    PrivacyContractError,
+    PrivacyNotion,
+    PrivacySession,
+    check_plan,
+)
 from fairbench.task import Task
 
 Device = Literal["cpu", "cuda", "auto"]
@@ -216,6 +222,10 @@ class Method(ABC):
     # True: it also takes a user-declared rate-constraint set (a config's `constraint:
     # {name, partition, constraints}`)
     declared_constraints: ClassVar[bool] = False
+    # True: its plan grows during training (`PrivacySession.extend_plan`: budgets set by noisy
+    # outputs), so the plan it submits first is not all it spends; private selection, which
+    # accounts a candidate by its plan before it trains, refuses it
+    adaptive_plan: ClassVar[bool] = False
 
     def __init__(self, **hparams: Any) -> None:
         try:
@@ -227,6 +237,18 @@ class Method(ABC):
                 f"method {self.name}: hyperparameter {where!r}: {err['msg']} "
                 f"(valid: {', '.join(self.Hparams.model_fields)})"
             ) from None
+
+    def guarantee(self) -> Guarantee:
+        """What this configuration's epsilon is a statement about, from its hyper-parameters
+        alone (private selection refuses a partial one before anything runs): its
+        `privacy_notion` hyper-parameter where it has one, else the full notion. A method that
+        reads statistics of the data exactly overrides it; `fit` checks that training
+        submitted its plan under this guarantee."""
+        if not self.private:
+            return Guarantee(PrivacyNotion.NONE)
+        notion = PrivacyNotion(getattr(self.hparams, "privacy_notion", PrivacyNotion.FULL))
+        partial = () if notion is PrivacyNotion.FULL else ("privacy_notion",)
+        return Guarantee(notion, because=partial)
 
     def fit(
         self,
@@ -267,11 +289,29 @@ class Method(ABC):
                 session.checks.verify()  # what the device recorded during training, read once
             except PrivacyContractError as refused:
                 raise PrivacyContractError(f"method {self.name}: {refused}") from None
+            self._check_guarantee(session)
             fitted.ledger, fitted.plan = session.ledger(), session.plan
             check_plan(self.name, fitted.plan, fitted.ledger)
             if fitted.privacy_notion is None:
-                fitted.privacy_notion = session.notion.value
+                fitted.privacy_notion = session.guarantee.label
         return fits
+
+    def _check_guarantee(self, session: PrivacySession) -> None:
+        """A private trial ran under the guarantee the method declares, and its plan grew only
+        if the method says it may (what private selection relies on)."""
+        if not session.private:
+            return
+        declared = self.guarantee()
+        if session.guarantee != declared:
+            raise PrivacyContractError(
+                f"method {self.name}: submitted its plan under {session.guarantee.label!r} but "
+                f"declares {declared.label!r} (guarantee())"
+            )
+        if session.extended and not self.adaptive_plan:
+            raise PrivacyContractError(
+                f"method {self.name}: extended its plan during training without declaring "
+                "adaptive_plan = True"
+            )
 
     def stackable(self) -> bool:
         """Whether trials of this method (these hyperparameters, one budget, any seeds and

@@ -96,7 +96,7 @@ from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.contributions import StackedScattered
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacyNotion, PrivacySession
+from fairbench.privacy.session import Guarantee, PrivacyNotion, PrivacySession
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums, poisson_rounds
 from fairbench.task import Task
 
@@ -242,6 +242,16 @@ class DPFermi(Method):
     Hparams = DPFermiHparams
     hparams: DPFermiHparams
 
+    def guarantee(self) -> Guarantee:
+        """The `privacy_notion`, and the group marginals read exactly under `marginals:
+        public`."""
+        hp = self.hparams
+        notion = PrivacyNotion(hp.privacy_notion)
+        public = hp.marginals == "public"
+        because = (("privacy_notion",) if notion is not PrivacyNotion.FULL else ()) + (
+            ("marginals",) if public else ())  # fmt: skip
+        return Guarantee(notion, ("marginals",) if public else (), because)
+
     def _count_event(self, lam: float) -> dp_event.DpEvent | None:
         """The group-count release behind p(s), or None when it is not run (lambda = 0: psi
         has no weight) or the marginals are declared public."""
@@ -323,12 +333,10 @@ class DPFermi(Method):
         cell = data.y if n_cells > 1 else torch.zeros_like(data.y)
         shape = self._shape(lams[0], self._count_event(lams[0]))
         schedule = one_schedule([self.schedule(n, t.session.budget, shape) for t in trials])
-        sensitive = hp.privacy_notion == "sensitive-attribute"
-        notion = PrivacyNotion.SENSITIVE_ATTRIBUTE if sensitive else PrivacyNotion.FULL
         plan = self.plan(schedule, shape, steps or schedule.steps)
         marginals = []
         for t, trial in enumerate(trials):
-            trial.session.submit_plan(plan, notion)
+            trial.session.submit_plan(plan, self.guarantee())
             cells, groups = data.trial_rows(cell, t), data.trial_rows(s, t)
             marginals.append(self._marginals(trial.session, cells, groups, (n_cells, k),
                                              shape.extra))  # fmt: skip
@@ -457,9 +465,8 @@ class DPFermi(Method):
         shape = self._shape(lams[0], self._count_event(lams[0]))
         shared = self._info(schedule, shape, lams[0], trials[0].session.budget)
         counts = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
-        notion = hp.privacy_notion + ("+public-marginals" if hp.marginals == "public" else "")
         paper = hp.sensitive_accounting == "paper"
-        notion += " (paper analysis)" if paper else ""
+        notion = self.guarantee().label + (" (paper analysis)" if paper else "")
         fits = []
         for model, trial, lam, report in zip(program.models, trials, lams, program.report(),
                                              strict=True):  # fmt: skip

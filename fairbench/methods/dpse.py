@@ -99,7 +99,7 @@ from fairbench.models import build_model
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, SEARCH_DISCRETISATION
 from fairbench.privacy.contributions import Rows, clip_factors
-from fairbench.privacy.session import PrivacySession
+from fairbench.privacy.session import Guarantee, PrivacySession
 from fairbench.task import Task
 
 COUNTS = "dpse: Gaussian group counts"
@@ -236,6 +236,14 @@ class DPSE(Method):
     Hparams = DPSEHparams
     hparams: DPSEHparams
     tailored = True  # dpnose: False
+    adaptive_plan = True  # stage 2's plan is submitted once stage 1's noisy outputs set it
+
+    def guarantee(self) -> Guarantee:
+        """Whole-record unless `group_sizes: public` (the paper's reading): then the group
+        sizes are read exactly."""
+        if self.hparams.group_sizes == "public":
+            return Guarantee(public=("group-sizes",), because=("group_sizes",))
+        return Guarantee()
 
     def __init__(self, **hparams: Any) -> None:
         if "model" in hparams:
@@ -329,11 +337,9 @@ class DPSE(Method):
         if classify:  # the bound is on a group's mean logistic loss, not its error rate
             info["bounded_loss"] = "log_loss"
         info["epsilon_paper_zcdp"] = rho + 2 * math.sqrt(rho * math.log(1 / privacy.delta))
-        notion = "full" + ("+public-group-sizes" if hp.group_sizes == "public" else "")
         # full-batch rounds; the zCDP budget rho is what the accountant solved for
         budget = Budget(hp.steps, None, {"rho": rho}, "rho")
-        return Fitted(_model(theta, task, classify), session.device, privacy_notion=notion,
-                      info=info, budget=budget)  # fmt: skip
+        return Fitted(_model(theta, task, classify), session.device, info=info, budget=budget)
 
     def _calibrate(self, privacy: PrivacyBudget) -> float:
         """Total rho whose single-Gaussian PLD epsilon meets the target: the composition of
@@ -378,7 +384,7 @@ class DPSE(Method):
         plan = PrivacyLedger(parallel_groups=hp.composition == "parallel")
         for label, event, group in stage1:
             plan.record(label, event, group)
-        session.submit_plan(plan)
+        session.submit_plan(plan, self.guarantee())
         sizes = self._sizes(s, k, budget, session)
         if self.tailored:
             se = self.standard_errors(z, y, s, sizes, k, classify, budget, session)
@@ -448,7 +454,7 @@ class DPSE(Method):
             return [(STANDARD, dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(nm),
                                                             hp.steps), None)]  # fmt: skip
 
-        session.submit_plan(PrivacyLedger())
+        session.submit_plan(PrivacyLedger(), self.guarantee())
         factor = self._fit_stage2(session, [], plan)
         nm = plan(factor)[0][1].event.noise_multiplier
         z, y, _ = _on_device(z, y, None, 0, session.device)

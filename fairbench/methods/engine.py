@@ -39,7 +39,7 @@ from fairbench.privacy import (
 )
 from fairbench.privacy.accountant import PLAIN, StepShape, at_search_bound
 from fairbench.privacy.contributions import StackedOuterProducts
-from fairbench.privacy.session import Batch, PrivacyNotion, PrivacySession
+from fairbench.privacy.session import Batch, Guarantee, PrivacyNotion, PrivacySession
 from fairbench.privacy.stacked import StackedBatches, poisson_rounds
 from fairbench.task import Task
 
@@ -145,7 +145,7 @@ def run_steps(
     schedule: Schedule,
     step: Callable[[Batch], None],
     plan: PrivacyLedger,
-    notion: PrivacyNotion = PrivacyNotion.FULL,
+    notion: Guarantee | PrivacyNotion = PrivacyNotion.FULL,
     steps: int | None = None,
 ) -> None:
     """One trial's loop, for a plugin that writes a one-trial step (e.g.
@@ -260,7 +260,7 @@ def run_stacked(
     trials: list[Trial],
     program: StackedProgram,
     plan: PrivacyLedger,
-    notion: PrivacyNotion = PrivacyNotion.FULL,
+    notion: Guarantee | PrivacyNotion = PrivacyNotion.FULL,
     steps: int | None = None,
 ) -> None:
     """Submit `plan` to every trial's session, then run `program.step` on `steps` (default:

@@ -108,7 +108,7 @@ from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier, epsilon
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacyNotion, PrivacySession
+from fairbench.privacy.session import PrivacySession
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums, poisson_rounds
 from fairbench.task import Task
 
@@ -378,13 +378,12 @@ class JagielskiOracle(Method):
             raise ValueError("stacked trials need one schedule; run them one at a time")
         rounds = shared.pop()
         schedule = rounds.schedule
-        notion = PrivacyNotion.SENSITIVE_ATTRIBUTE if self.sensitive else PrivacyNotion.FULL
         sessions = [t.session for t in trials]
         cell = data.per_record(lambda task: task.train.s * 2 + task.train.y, torch.int64)
         ones = torch.ones((n, 1), device=dev)
         counts = []
         for t, session in enumerate(sessions):
-            session.submit_plan(self.plan(rounds), notion)
+            session.submit_plan(self.plan(rounds), self.guarantee())
             released = session.laplace_histogram(COUNTS, rounds.laplace_scale)(
                 ones, data.trial_rows(cell, t), 2 * k)  # fmt: skip
             counts.append(released.view(k, 2).clamp(min=1.0))  # a public floor

@@ -91,7 +91,7 @@ from fairbench.models.stacked import stack_models
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape, calibrate_laplace_scale
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacyNotion, PrivacySession
+from fairbench.privacy.session import PrivacySession
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums
 from fairbench.task import Split, Task
 
@@ -272,10 +272,9 @@ class JagielskiPost(Method):
         gamma = self._check(fairness, task)
         base_records, post_records = self._stages(task, session)
         schedule, scale = self.budget_split(len(base_records), session.budget)
-        notion = PrivacyNotion.SENSITIVE_ATTRIBUTE if self.sensitive else PrivacyNotion.FULL
         base = Trial(replace(task, train=base_records), fairness, session)
         program = self._base_program(base, schedule)
-        run_stacked([base], program, self.plan(schedule, scale), notion)
+        run_stacked([base], program, self.plan(schedule, scale), self.guarantee())
         model = program.models[0]
         counts = self._histogram(model, post_records, task.n_groups, session, scale)
         bound, slack = self._bound(counts, fairness.constraint, gamma, scale, session)

@@ -124,7 +124,7 @@ from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacyNotion, PrivacySession
+from fairbench.privacy.session import PrivacySession
 from fairbench.privacy.stacked import (
     StackedBatches,
     gaussian_sums,
@@ -406,10 +406,9 @@ class PFLD(Method):
         part = cell * layout.n_groups + s
         schedule = one_schedule([self.schedule(data.n, t.session.budget) for t in trials])
         plan = self.plan(schedule, data.n)
-        notion = PrivacyNotion.SENSITIVE_ATTRIBUTE if self.sensitive else PrivacyNotion.FULL
         counts = []
         for t, trial in enumerate(trials):
-            trial.session.submit_plan(plan, notion)
+            trial.session.submit_plan(plan, self.guarantee())
             if self.sensitive:  # the counts come with each epoch's dual release
                 counts.append(torch.ones((layout.n_cells, layout.n_groups), device=dev))
                 continue

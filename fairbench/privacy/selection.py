@@ -142,7 +142,11 @@ def calibrate_candidate(
     (b, total epsilon at b). `candidates(b)` is the list of the distinct candidate mechanisms
     at budget b (`selection_epsilon`; it raises `CalibrationError` where none can be
     calibrated); the total grows with b, so b is bracketed by doubling or halving from
-    `target`, then bisected geometrically."""
+    `target`, then the bracket is narrowed to `rel_tol`: each round places a bracket of that
+    width around the secant root of log total against log b (smooth, nearly linear), and
+    keeps it when it straddles the target, else the half it lies in. Each evaluation
+    calibrates every candidate's own noise, so few evaluations matter: about six where a
+    bisection needs twelve."""
 
     def total(budget: float) -> float:
         return selection_epsilon(candidates(budget), law, delta)
@@ -155,16 +159,38 @@ def calibrate_candidate(
         )
 
     low = high = target
+    known: dict[float, float] = {}
+
+    def at(budget: float) -> float:
+        if budget not in known:
+            known[budget] = total(budget)
+        return known[budget]
+
     try:
-        while total(high) <= target:
+        while at(high) <= target:
             low, high = high, high * 2
-        while total(low) > target:
+        while at(low) > target:
             low, high = low / 2, low
             if low < target * 1e-4:
                 raise fails(low, "no budget that small calibrates")
     except CalibrationError as exc:
         raise fails(low, str(exc)) from None
+    # feasible at `low`: calibration only gets easier above it, so no bracket point fails
+    step = math.log1p(rel_tol) / 2
+    secant = True  # a round whose bracket missed the target bisects next: halving is assured
     while high / low > 1 + rel_tol:
-        mid = math.sqrt(low * high)  # feasible: calibration only gets easier above `low`
-        low, high = (mid, high) if total(mid) <= target else (low, mid)
-    return low, total(low)
+        x_lo, x_hi = math.log(low), math.log(high)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f_lo, f_hi = np.log(at(low) / target), np.log(at(high) / target)
+            root = x_hi - f_hi * (x_hi - x_lo) / (f_hi - f_lo)
+        if not (secant and math.isfinite(root)):
+            root = (x_lo + x_hi) / 2
+        root = min(max(root, x_lo + step), x_hi - step)
+        below, above = math.exp(root - step), math.exp(root + step)
+        if at(below) > target:
+            high, secant = below, False
+        elif at(above) <= target:
+            low, secant = above, False
+        else:
+            low, high = below, above
+    return low, at(low)

@@ -77,6 +77,37 @@ class PrivacyNotion(str, Enum):
     NONE = "non-private"
 
 
+@dataclass(frozen=True)
+class Guarantee:
+    """What a private trial's epsilon is a statement about: the neighbouring datasets
+    (`notion`) and the statistics of the training data the method reads exactly and treats as
+    public (`public`, e.g. "marginals"). Only the full notion with nothing read exactly is
+    (epsilon, delta)-DP for the whole record, the one guarantee a release may state;
+    `because` names the hyper-parameters that made it partial (for the error that says so)."""
+
+    notion: PrivacyNotion = PrivacyNotion.FULL
+    public: tuple[str, ...] = ()
+    because: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def whole_record(self) -> bool:
+        return self.notion is PrivacyNotion.FULL and not self.public
+
+    @property
+    def label(self) -> str:
+        """The row's `privacy_notion`: the notion, then `+public-<statistic>` per exact read."""
+        return self.notion.value + "".join(f"+public-{name}" for name in self.public)
+
+    def shortfall(self) -> str:
+        """Why it is not whole-record DP ("" when it is)."""
+        if self.notion is PrivacyNotion.NONE:
+            return "it is not private"
+        reasons = ([] if self.notion is PrivacyNotion.FULL else
+                   [f"its epsilon is stated for the {self.notion.value} notion only"])  # fmt: skip
+        reasons += [f"it reads the {name.replace('-', ' ')} exactly" for name in self.public]
+        return " and ".join(reasons)
+
+
 class PrivacyContractError(FairbenchError):
     """A method drew noise outside its plan, or its recorded events differ from the plan."""
 
@@ -111,7 +142,7 @@ class PrivacySession:
     budget: PrivacyBudget | None = None
     releases: list[Release] = field(default_factory=list)
     plan: PrivacyLedger | None = None
-    notion: PrivacyNotion = PrivacyNotion.FULL
+    guarantee: Guarantee = field(default_factory=Guarantee)
     secure_noise: bool = False
 
     def __post_init__(self) -> None:
@@ -123,24 +154,33 @@ class PrivacySession:
         self._drawn: Counter[tuple] = Counter()
         self._texts: dict[int, tuple[dp_event.DpEvent, str]] = {}
         self._ledger: tuple[tuple, PrivacyLedger] | None = None
+        self.extended = False  # the plan grew after training began (`extend_plan`)
         self.checks = DeviceChecks()  # read once after training (`privacy.sync`)
         if self.budget is None:
-            self.notion = PrivacyNotion.NONE
+            self.guarantee = Guarantee(PrivacyNotion.NONE)
+
+    @property
+    def notion(self) -> PrivacyNotion:
+        return self.guarantee.notion
 
     @property
     def private(self) -> bool:
         return self.budget is not None
 
     # -- the plan -----------------------------------------------------------------------------
-    def submit_plan(self, plan: PrivacyLedger, notion: PrivacyNotion = PrivacyNotion.FULL) -> None:
-        """Declare the events this trial will run, before any noise is drawn. A plan may be
+    def submit_plan(
+        self, plan: PrivacyLedger, guarantee: Guarantee | PrivacyNotion = PrivacyNotion.FULL
+    ) -> None:
+        """Declare the events this trial will run, before any noise is drawn, and what its
+        epsilon is a statement about (a bare notion: nothing read exactly). A plan may be
         extended (`extend_plan`) by releases whose parameters depend on earlier noisy output."""
         if self.plan is not None:
             raise PrivacyContractError("a plan was already submitted; use extend_plan")
         self.plan = PrivacyLedger(list(plan.entries), plan.parallel_groups)
         self._allowance = planned_releases(self.plan)
         if self.private:
-            self.notion = notion
+            self.guarantee = (guarantee if isinstance(guarantee, Guarantee)
+                              else Guarantee(PrivacyNotion(guarantee)))  # fmt: skip
 
     def extend_plan(self, entries: PrivacyLedger) -> None:
         """Add planned entries after an adaptive stage (e.g. budgets set by noisy outputs)."""
@@ -148,6 +188,7 @@ class PrivacySession:
             raise PrivacyContractError("submit a plan before extending it")
         self.plan.entries.extend(entries.entries)
         self._allowance += planned_releases(entries)
+        self.extended = True
 
     # -- random streams -----------------------------------------------------------------------
     def stream(self, name: str, device: torch.device | str | None = None) -> torch.Generator:

@@ -22,22 +22,30 @@ from fairbench.errors import CalibrationError, ConfigError
 from fairbench.methods import FairnessSpec, get_method, method_class
 from fairbench.methods.base import TrainingHparams, resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
-from fairbench.privacy.session import PrivacyNotion, PrivacySession, planned_releases
+from fairbench.privacy.session import (
+    Guarantee,
+    PrivacyNotion,
+    PrivacySession,
+    planned_releases,
+)
 from fairbench.runner.trial import TrialSpec, load_task
 
 STEP_TIMES = Path(__file__).resolve().parents[2] / "results/figures/table-step-time/step_time.csv"
 
 
 class _PlanSubmitted(Exception):  # control flow: the plan was reached
-    def __init__(self, plan: PrivacyLedger) -> None:
-        self.plan = plan
+    def __init__(self, plan: PrivacyLedger, guarantee: Guarantee) -> None:
+        self.plan, self.guarantee = plan, guarantee
 
 
 class _PlanOnlySession(PrivacySession):
     """A session that stops training at the plan: calibration has run, no noise is drawn."""
 
-    def submit_plan(self, plan: PrivacyLedger, notion: PrivacyNotion = PrivacyNotion.FULL) -> None:
-        raise _PlanSubmitted(plan)
+    def submit_plan(
+        self, plan: PrivacyLedger, guarantee: Guarantee | PrivacyNotion = PrivacyNotion.FULL
+    ) -> None:
+        super().submit_plan(plan, guarantee)
+        raise _PlanSubmitted(self.plan, self.guarantee)
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,12 @@ def capture_plan(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
 
 
 def plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
+    return capture(spec, epsilon)[0]
+
+
+def capture(spec: TrialSpec, epsilon: float) -> tuple[PrivacyLedger, Guarantee]:
+    """The plan the trial submits at `epsilon` and the guarantee it submits it under (what its
+    epsilon is a statement about), found by training until the plan is submitted."""
     method = get_method(spec.method, **spec.hparams)
     session = _PlanOnlySession(
         spec.seed, resolve_device(spec.device), PrivacyBudget(epsilon, spec.delta)
@@ -147,7 +161,7 @@ def plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
     try:
         method.train(load_task(spec), fairness, session)
     except _PlanSubmitted as submitted:
-        return submitted.plan
+        return submitted.plan, submitted.guarantee
     raise ConfigError(f"method {spec.method} trained without submitting a privacy plan")
 
 

@@ -5,26 +5,41 @@ and the privacy spent on tuning is not charged. Here the whole procedure is one
 (epsilon, delta)-DP release per (dataset, epsilon, method, target), by Papernot and Steinke's
 private selection (`fairbench.privacy.selection`):
 
-1. Repeats. Each of the config's `final_seeds` is one repeat of the whole procedure: it fixes
+1. Whole records only. A candidate whose configuration is not (epsilon, delta)-DP for the
+   whole record (not private, another notion, a statistic read exactly, a plan that grows
+   during training, a plan with no noisy release) is refused before anything runs
+   (`refuse_partial`; a plan-time guard catches a method whose plan says otherwise).
+2. Repeats. Each of the config's `final_seeds` is one repeat of the whole procedure: it fixes
    the data split (the split seed), so the released models' test errors over the repeats give
    the mean and its 95% CI. `search_seeds` are not used.
-2. Count. Per (method, repeat) the number of candidates K is drawn from the config's `count`
-   law on a seeded stream of its own, independently of the data (recorded).
-3. Candidates are the method's search-space draws in order (draw i for i < K; the same
-   sampling as the free search). Candidate i trains at the calibrated training epsilon on the
-   repeat's split with its own seed, so candidates draw independent noise, then gets a noisy
-   validation score: the validation split is private data too. See `noisy_cells`.
-4. Release: per target, the candidate with the lowest noisy validation error among those whose
+3. Support. Per method, `support` configurations are drawn from its space before anything
+   else (the free search's sampling); the budget is calibrated over all of them, so it does
+   not depend on how many candidates are drawn, nor on which.
+4. Count and candidates. Per (method, repeat) the number of candidates K is drawn from the
+   config's `count` law, and each candidate's configuration uniformly from the support, on
+   seeded streams of their own, independently of the data. Each candidate is then the same
+   mechanism Q (a uniform mixture over the support), as the theorem needs. Candidate i trains
+   at the calibrated training epsilon on the repeat's split with a seed of its own
+   (`candidate_seed`: distinct per method, repeat and candidate, so no two candidates, of
+   one method or of two, share noise or batches), then gets a noisy validation score drawn
+   by a privacy session of that seed: the validation split is private data too
+   (`noisy_cells`).
+5. Release: per target, the candidate with the lowest noisy validation error among those whose
    noisy validation violation is within the target (`tune.choose`; noisy error alone for an
    `unconstrained` method). Its test error is the repeat's result; no candidate within the
    target, or K = 0, releases nothing.
-5. Budget. One candidate (training plus score) is one mechanism Q; the selection is
+6. Budget. One candidate (training plus score) is one mechanism Q; the selection is
    `RepeatAndSelectDpEvent(Q, mean, shape)`, accounted by RDP (the PLD accountant cannot
-   represent it; `privacy.selection`). Candidates whose plans differ (a space that changes
-   the batch size, the epochs, a Laplace scale) are accounted by the pointwise maximum of
+   represent it; `privacy.selection`). Q mixes the support's plans (a space that changes the
+   batch size, the epochs, a Laplace scale), so it is accounted by the pointwise maximum of
    their RDP curves. A candidate's budget b is split: training is calibrated by the method
    itself to (1 - score_share) b, the score's Laplace noise has scale 1 / (score_share b); b
    is the largest (by bisection) whose total meets the target epsilon.
+
+What tune writes beside the releases (K per repeat, every candidate's noisy score, seeds) is
+an analysis of the selection on shipped data, not part of a DP release (`ANALYSIS`); what
+`fairbench advise` releases on a user's data is the released model, its configuration, its
+noisy score and the accounting, nothing else.
 
 Candidates of several targets are shared to save compute: each target's release is
 (epsilon, delta)-DP on its own, releasing several targets' models together is not covered by
@@ -42,39 +57,41 @@ import json
 import math
 import multiprocessing
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 from dp_accounting import dp_event
 
-from fairbench.errors import CalibrationError
-from fairbench.methods.base import SENSITIVE_MARK
+from fairbench.errors import CalibrationError, ConfigError
+from fairbench.methods import get_method
+from fairbench.methods.base import SENSITIVE_MARK, Method
 from fairbench.metrics import VIOLATIONS, error_rate
-from fairbench.privacy import PrivacyLedger, rdp
+from fairbench.privacy import PrivacyBudget, PrivacyLedger, rdp
 from fairbench.privacy.selection import (
     ACCOUNTANT,
     PLD_NOTE,
     calibrate_candidate,
     selection_epsilon,
 )
-from fairbench.privacy.session import PrivacyContractError
+from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.report import write_report
 from fairbench.report.aggregate import ci95
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.store import finished_rows
 from fairbench.runner.config import expand
 from fairbench.runner.execute import execute
-from fairbench.runner.preflight import plan_at
+from fairbench.runner.preflight import capture
 from fairbench.runner.progress_display import trial_progress
-from fairbench.runner.trial import SPLIT_SEED, TrialSpec
+from fairbench.runner.trial import NOISE_SAMPLERS, SPLIT_SEED, TrialSpec
 from fairbench.runner.worker import init_worker
-from fairbench.streams import numpy_stream
+from fairbench.streams import numpy_stream, seed_sequence
 from fairbench.workflows.tune import (
     TuneConfig,
     choose,
@@ -85,12 +102,17 @@ from fairbench.workflows.tune import (
 )
 
 SCORE_LABEL = "private selection: noisy validation counts"
-SCORE_STREAM = "noise/validation score"
 CHARGED = "tuning charged: private selection (RDP accountant)"
 NOT_CHARGED = "tuning not charged"
 INFEASIBLE = "infeasible"  # a candidate whose draw no calibration meets at its epsilon
+BISECTED = 3  # plans the budget's bisection runs on at first (then 3 more while it falls short)
 CANDIDATE_COLUMNS = ["label", "hparams", "knob", "val_error", "val_violation", "test_error",
                      "test_violation"]  # fmt: skip
+ANALYSIS = (
+    "analysis of the selection, not part of the DP release: K per repeat, every candidate's "
+    "noisy score, test numbers and seeds are kept to study the procedure; a DP release "
+    "publishes only the released model, its configuration, its noisy score and the accounting"
+)
 
 
 @dataclass(frozen=True)
@@ -140,10 +162,13 @@ class MethodBudget:
         return PLD_NOTE
 
 
-def candidate_seed(repeat: int, index: int) -> int:
-    """Candidate `index` of repeat `repeat`: a trial seed of its own (its noise, init and
-    batches), distinct from every other candidate's of the repeat."""
-    return int(np.random.SeedSequence([repeat, index]).generate_state(1)[0])
+def candidate_seed(root: int, label: str, repeat: int, index: int) -> int:
+    """Candidate `index` of method `label` in repeat `repeat`: a trial seed of its own (its
+    noise, init, batches and score noise), from the selection's root seed, so that no two
+    candidates share randomness, whether of one method or of two (the composed cost of
+    several methods' selections assumes independent noise). 63 bits: a store's integer."""
+    state = seed_sequence(root, f"selection candidate/{label}/{repeat}/{index}")
+    return int(state.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def draw_counts(config: TuneConfig) -> dict[str, list[int]]:
@@ -158,12 +183,37 @@ def draw_counts(config: TuneConfig) -> dict[str, list[int]]:
     return out
 
 
-def noisy_cells(cells: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+def draw_picks(config: TuneConfig, counts: dict[str, list[int]]) -> dict[str, list[list[int]]]:
+    """Method label -> per repeat, each candidate's configuration as an index into the
+    method's support, drawn uniformly (with replacement) on a stream of its own: every
+    candidate is then one draw of the same mixture, independently of the others."""
+    out = {}
+    for label, ks in counts.items():
+        out[label] = [
+            numpy_stream(config.seed, f"selection picks/{label}/{repeat}")
+            .integers(config.support, size=k).tolist()
+            for repeat, k in zip(config.final_seeds, ks, strict=True)
+        ]
+    return out
+
+
+def noisy_cells(cells: np.ndarray, scale: float, seed: int, secure: bool = False) -> np.ndarray:
     """The validation table of counts by (group, label, prediction) plus independent
-    Laplace(scale) noise per cell. Sensitivity: one record adds 1 to one cell (a randomized
-    predictor's record adds weights summing to 1), so under add/remove neighbours the table
-    moves by 1 in l1 norm and the release is (1 / scale)-DP: `LaplaceDpEvent(scale)`."""
-    return cells + rng.laplace(0.0, scale, size=cells.shape)
+    Laplace(scale) noise per cell, drawn like every release by a privacy session (of the
+    candidate's `seed`, its stream "noise/<SCORE_LABEL>", or OpenDP's exact sampler from the
+    OS's entropy under `secure`) that plans and records it. Sensitivity: one record adds 1
+    to one cell (a randomized predictor's record adds weights summing to 1), so under
+    add/remove neighbours the table moves by 1 in l1 norm and the release is
+    (1 / scale)-DP: `LaplaceDpEvent(scale)`."""
+    session = PrivacySession(seed, budget=PrivacyBudget(1 / scale), secure_noise=secure)
+    plan = PrivacyLedger()
+    plan.record(SCORE_LABEL, dp_event.LaplaceDpEvent(scale))
+    session.submit_plan(plan)
+    table = torch.as_tensor(np.reshape(cells, (-1, np.shape(cells)[-1])), dtype=torch.float64)
+    records = max(1, round(float(np.sum(cells))))
+    noisy = session.laplace_histogram(SCORE_LABEL, scale).release(table, records, None)
+    check_plan("private selection", session.plan, session.ledger())
+    return noisy.numpy().reshape(np.shape(cells))
 
 
 def score(cells: np.ndarray, constraint: str) -> tuple[float, float]:
@@ -184,10 +234,14 @@ def score(cells: np.ndarray, constraint: str) -> tuple[float, float]:
 
 def candidate_templates(config: TuneConfig, draws: dict[str, list[dict]]) -> dict[tuple, TrialSpec]:
     """(dataset, epsilon, candidate label `method#i`) -> its trial spec as the free search
-    would run it on the first repeat's seed (hyper-parameters, knob, dataset options)."""
-    one_seed = config.model_copy(update={"search_seeds": [config.final_seeds[0]]})
+    would run it on the first repeat's seed and split (hyper-parameters, knob, dataset
+    options): the spec a calibration plans."""
+    first = config.final_seeds[0]
+    one_seed = config.model_copy(update={"search_seeds": [first]})
     specs = expand(search_config(one_seed, draws), lambda _: None)
-    return {(s.dataset, float(s.epsilon), bare(s.label)): s for s in specs}
+    split = {SPLIT_SEED: config.split_seed(first)}
+    return {(s.dataset, float(s.epsilon), bare(s.label)):
+            replace(s, dataset_options={**s.dataset_options, **split}) for s in specs}  # fmt: skip
 
 
 def bare(label: str) -> str:
@@ -200,46 +254,112 @@ def _candidate_event(plan: PrivacyLedger, scale: float) -> dp_event.DpEvent:
     return dp_event.ComposedDpEvent([plan.event, dp_event.LaplaceDpEvent(scale)])
 
 
-def calibrate(config: TuneConfig, spec: TrialSpec, others: list[TrialSpec]) -> MethodBudget:
-    """Solve the per-candidate budget b for the config's target epsilon (`spec.epsilon`)
-    over the candidates `spec` and `others`, which may run different mechanisms (batch
-    sizes, epochs, Laplace scales, even methods): the selection is bounded from the
-    pointwise maximum of their RDP curves (`selection.selection_curve`). A candidate that
-    cannot be calibrated at a budget runs nothing there (it releases nothing and spends
-    nothing). Candidates whose plans agree at the target are represented by one at each
-    bisection step; at the solved budget every candidate's plan is captured, recorded
-    (`MethodBudget.plan_of`) and the total recomputed over all of them."""
+def whole_record_problem(method: Method) -> str | None:
+    """Why a configured method cannot be a candidate of a private selection, which releases
+    (epsilon, delta)-DP for the whole record only: not private, a partial guarantee (another
+    notion, a statistic of the data read exactly; the fix names the hyper-parameter and its
+    whole-record value), or a plan that grows during training (its cost is not known before
+    it trains). None when it can."""
+    name = method.name
+    if not method.private:
+        return (f"method {name} is not private; private selection releases (epsilon, delta)-DP "
+                "for the whole record: leave it out")  # fmt: skip
+    guarantee = method.guarantee()
+    if not guarantee.whole_record:
+        fields = type(method.hparams).model_fields
+        settings = ", ".join(f"{h}: {getattr(method.hparams, h)}" for h in guarantee.because)
+        fixes = " and ".join(f"{h}: {fields[h].default}" for h in guarantee.because)
+        return (f"method {name}"
+                + (f" with {settings}" if settings else "")
+                + f" is not (epsilon, delta)-DP for the whole record ({guarantee.shortfall()}); "
+                "private selection releases whole-record DP only: "
+                + (f"set {fixes}" if fixes else "use its whole-record configuration")
+                + " or leave the method out")  # fmt: skip
+    if method.adaptive_plan:
+        return (f"method {name} plans adaptively (its plan grows with noisy outputs during "
+                "training), so its cost is not known before it trains; private selection "
+                "accounts every candidate by its plan: leave it out")  # fmt: skip
+    return None
+
+
+def refuse_partial(specs: Iterable[TrialSpec]) -> None:
+    """Refuse, before anything runs, the first candidate (one line naming it, its setting
+    and the fix) whose configuration `whole_record_problem` refuses."""
+    seen = set()
+    for spec in specs:
+        key = (spec.method, json.dumps(spec.hparams, sort_keys=True, default=str))
+        if key in seen:
+            continue
+        seen.add(key)
+        problem = whole_record_problem(get_method(spec.method, **spec.hparams))
+        if problem is not None:
+            raise ConfigError(f"candidate {bare(spec.label)}: {problem}")
+
+
+def calibrate(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget:
+    """Solve the per-candidate budget b for the config's target epsilon (the specs' epsilon)
+    over the support `specs`, which may run different mechanisms (batch sizes, epochs,
+    Laplace scales, even methods): the selection is bounded from the pointwise maximum of
+    their RDP curves (`selection.selection_curve`). A configuration that cannot be calibrated
+    at a budget runs nothing there (it releases nothing and spends nothing).
+
+    Each plan costs a calibration of the method's own noise, and plans calibrated to one
+    training epsilon have nearly equal curves (within 1% on a 16-configuration support), so
+    the bisection runs on the `BISECTED` distinct plans whose selections alone cost most at
+    the target. At the solved budget every configuration's plan is captured, recorded
+    (`MethodBudget.plan_of`) and the total recomputed over all of them; while plans left out
+    of the bisection push it over the target, it runs again with the costliest of those
+    added."""
+    spec = specs[0]
     assert config.count is not None and spec.epsilon is not None
-    share = config.score_share
-    everyone = [spec, *others]
+    share, target = config.score_share, spec.epsilon
     # infeasible at the target's training share, a candidate is infeasible at every smaller
     # budget the solution can have (feasibility grows with epsilon)
-    at_target = (1 - share) * spec.epsilon
-    representatives = list({key: s for s, key, _ in _plans(everyone, at_target)}.values())
-    if not representatives:
+    at_target = _plans(specs, (1 - share) * target)
+    if not at_target:
         raise CalibrationError(
-            f"no candidate can be calibrated at training epsilon {at_target:.3g}"
+            f"no candidate can be calibrated at training epsilon {(1 - share) * target:.3g}"
         )
+    key_of = {s: key for s, key, _ in at_target}
+    representative = {key: s for s, key, _ in at_target}
 
-    def candidates(budget: float) -> list[dp_event.DpEvent]:
-        plans = {key: p for _, key, p in _plans(representatives, (1 - share) * budget)}
-        return [_candidate_event(p, 1 / (share * budget)) for p in plans.values()]
+    def costliest(planned: list[tuple[TrialSpec, str, PrivacyLedger]], scale: float) -> set:
+        """The representatives of the `BISECTED` plans whose selections alone cost most."""
+        own = {}
+        for s, _, p in planned:
+            rep = representative.get(key_of.get(s, ""))
+            if rep is not None and rep not in active:
+                event = _candidate_event(p, scale)
+                own[rep] = max(own.get(rep, 0.0),
+                               selection_epsilon([event], config.count, config.delta))  # fmt: skip
+        return set(sorted(own, key=own.__getitem__, reverse=True)[:BISECTED])
 
-    budget, _ = calibrate_candidate(spec.epsilon, config.delta, config.count, candidates)
-    training, scale = (1 - share) * budget, 1 / (share * budget)
-    planned = _plans(everyone, training)
-    keys = list(dict.fromkeys(key for _, key, _ in planned))  # distinct, in candidate order
-    if not keys:
-        raise CalibrationError(f"no candidate can be calibrated at training epsilon {training:.3g}")
-    plans = [next(p for _, k, p in planned if k == key) for key in keys]
-    events = [_candidate_event(p, scale) for p in plans]
-    total = selection_epsilon(events, config.count, config.delta)
-    if total > spec.epsilon * (1 + 1e-9):
-        raise CalibrationError(
-            f"the candidates' plans at the solved budget spend epsilon {total:.4g} > "
-            f"{spec.epsilon:g} (a candidate's plan depends on the budget unlike its "
-            "representative's); narrow the space"
-        )
+    active: set[TrialSpec] = set()
+    active |= costliest(at_target, 1 / (share * target))
+    while True:
+        bisected = sorted(active, key=specs.index)
+        candidates = partial(_candidate_events, bisected, share)
+        budget, _ = calibrate_candidate(target, config.delta, config.count, candidates)
+        training, scale = (1 - share) * budget, 1 / (share * budget)
+        planned = _plans(specs, training)
+        keys = list(dict.fromkeys(key for _, key, _ in planned))  # distinct, in support order
+        if not keys:
+            raise CalibrationError(
+                f"no candidate can be calibrated at training epsilon {training:.3g}"
+            )
+        plans = [next(p for _, k, p in planned if k == key) for key in keys]
+        events = [_candidate_event(p, scale) for p in plans]
+        total = selection_epsilon(events, config.count, config.delta)
+        if total <= target * (1 + 1e-9):
+            break
+        grown = active | costliest(planned, scale)
+        if grown == active:
+            raise CalibrationError(
+                f"the candidates' plans at the solved budget spend epsilon {total:.4g} > "
+                f"{target:g} (a candidate's plan depends on the budget unlike its "
+                "representative's); narrow the space"
+            )
+        active = grown
     worst = max(
         range(len(plans)), key=lambda i: rdp.epsilon(rdp.rdp_curve(events[i]), config.delta)
     )
@@ -248,6 +368,13 @@ def calibrate(config: TuneConfig, spec: TrialSpec, others: list[TrialSpec]) -> M
     plan_of = tuple((bare(s.label), keys.index(key)) for s, key, _ in planned)
     return MethodBudget(budget, training, scale, total, ledger,
                         tuple(p.to_json() for p in plans), plan_of)  # fmt: skip
+
+
+def _candidate_events(specs: list[TrialSpec], share: float, budget: float
+                      ) -> list[dp_event.DpEvent]:  # fmt: skip
+    """The distinct candidate mechanisms of `specs` at per-candidate budget `budget`."""
+    plans = {key: p for _, key, p in _plans(specs, (1 - share) * budget)}
+    return [_candidate_event(p, 1 / (share * budget)) for p in plans.values()]
 
 
 def _plans(specs: list[TrialSpec], epsilon: float) -> list[tuple[TrialSpec, str, PrivacyLedger]]:
@@ -265,33 +392,49 @@ def _plans(specs: list[TrialSpec], epsilon: float) -> list[tuple[TrialSpec, str,
 
 @lru_cache(maxsize=4096)
 def _plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
-    """`plan_at`, memoised per process (a `TrialSpec` hashes and compares by value): the
-    bisection asks for a (candidate, budget) again (its last step, the final re-planning,
-    advise's comparison). A calibration error is not cached. Read-only: callers copy
-    before recording on it."""
-    return plan_at(spec, epsilon)
+    """The candidate's plan at `epsilon`, memoised per process (a `TrialSpec` hashes and
+    compares by value): the bisection asks for a (candidate, budget) again (its last step,
+    the final re-planning, advise's comparison). A calibration error is not cached.
+    Read-only: callers copy before recording on it. A guard behind `refuse_partial`: a plan
+    submitted under a guarantee other than whole-record, or with no noisy release (a model
+    that would read the data without noise), is refused."""
+    plan, guarantee = capture(spec, epsilon)
+    if not guarantee.whole_record:
+        raise PrivacyContractError(
+            f"candidate {bare(spec.label)}: method {spec.method} submitted its plan under "
+            f"{guarantee.label!r}, not whole-record DP ({guarantee.shortfall()}); private "
+            "selection releases whole-record DP only: leave it out"
+        )
+    if not plan.entries:
+        raise ConfigError(
+            f"candidate {bare(spec.label)}: method {spec.method} plans no noisy release, so its "
+            "model would read the data without noise; private selection releases "
+            "whole-record DP only: leave it out"
+        )
+    return plan
 
 
 def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
                 warn: Callable[[str], None] = print,
                 skip_uncalibratable: bool = False) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
-    """Calibrate every (dataset, epsilon, method) first (nothing is written when one fails;
+    """Refuse any candidate that is not whole-record DP (`refuse_partial`), calibrate every
+    (dataset, epsilon, method) over its support first (nothing is written when one fails;
     with `skip_uncalibratable`, such a method is left out with a warning instead,
     or under `uncalibratable: leave_out`, recorded as releasing nothing in every repeat),
     then train the candidates (OUT/private/<dataset>-eps<e>, resumable runs), select, and write
     tune.yaml, private/selections.json (per method: law, K per repeat, budgets, the
-    costliest candidate's ledger, every distinct training plan and each candidate's
+    costliest configuration's ledger, every distinct training plan and each configuration's
     (`plan_of`); per repeat and target: every candidate's noisy score and the release),
     tuning.json and tuning.md. Returns the summary and the failed trials."""
-    counts = draw_counts(config)
-    draws = sample_configurations(config, max(max(k) for k in counts.values()))
-    templates = candidate_templates(config, draws)
+    templates = candidate_templates(config, sample_configurations(config, config.support))
+    if config.selection == "private":
+        refuse_partial(templates.values())
+    picks = draw_picks(config, draw_counts(config))
     keys = sorted({(d, e, lab.rsplit("#", 1)[0]) for d, e, lab in templates})
     if config.selection == "uncharged":
         solved: list[MethodBudget | str] = [MethodBudget.uncharged(eps) for _, eps, _ in keys]
     else:
-        jobs = [[templates[(dataset, eps, f"{label}#{i}")]
-                 for i in range(max(max(counts[label]), 1))]
+        jobs = [[templates[(dataset, eps, f"{label}#{u}")] for u in range(config.support)]
                 for dataset, eps, label in keys]  # fmt: skip
         solved = _calibrate_all(config, jobs, workers, quiet)
     budgets: dict[tuple[str, float, str], MethodBudget] = {}
@@ -307,7 +450,7 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
         raise CalibrationError("no method can be calibrated for private selection here")
     with run_lock(out):
         write_tune_config(out, config)
-        return _run(config, out, counts, templates, budgets, workers, quiet)
+        return _run(config, out, picks, templates, budgets, workers, quiet)
 
 
 def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]], workers: int,
@@ -343,31 +486,44 @@ def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]], workers: int
 
 def _calibrate_or_reason(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget | str:
     try:
-        return calibrate(config, specs[0], specs[1:])
+        return calibrate(config, specs)
     except CalibrationError as exc:
         return str(exc)
 
 
-def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.DataFrame, list[str]]:
-    failures: list[str] = []
-    runs: dict[tuple[str, float], list[TrialSpec]] = {}
+def candidate_specs(config: TuneConfig, picks: dict[str, list[list[int]]],
+                    templates: dict[tuple, TrialSpec],
+                    budgets: dict[tuple[str, float, str], MethodBudget]
+                    ) -> dict[tuple[str, float, str, int, int], TrialSpec]:  # fmt: skip
+    """(dataset, epsilon, method label, repeat, candidate index) -> the candidate's trial: its
+    support configuration at the training epsilon, its own seed, the repeat's split."""
+    out = {}
     for (dataset, eps, label), budget in budgets.items():
         if budget.left_out is not None:
             continue
-        for repeat, k in zip(config.final_seeds, counts[label], strict=True):
-            for i in range(k):
-                spec = templates[(dataset, eps, f"{label}#{i}")]
-                runs.setdefault((dataset, eps), []).append(replace(
-                    spec, epsilon=budget.training_epsilon, seed=candidate_seed(repeat, i),
-                    dataset_options={**spec.dataset_options, SPLIT_SEED: repeat}))  # fmt: skip
-    # (dataset, epsilon, candidate label, seed) -> its trial's row: the epsilon is in the key
-    # because the same candidate (label and seed) runs at every epsilon, and a row is taken
-    # by the trial id of the spec run here, never another configuration's row in the store
-    rows: dict[tuple[str, float, str, int], dict] = {}
-    for (dataset, eps), specs in sorted(runs.items()):
+        for repeat, chosen in zip(config.final_seeds, picks[label], strict=True):
+            for i, u in enumerate(chosen):
+                spec = templates[(dataset, eps, f"{label}#{u}")]
+                out[(dataset, eps, label, repeat, i)] = replace(
+                    spec, epsilon=budget.training_epsilon,
+                    seed=candidate_seed(config.seed, label, repeat, i),
+                    dataset_options={**spec.dataset_options,
+                                     SPLIT_SEED: config.split_seed(repeat)})  # fmt: skip
+    return out
+
+
+def _run(config, out, picks, templates, budgets, workers, quiet) -> tuple[pd.DataFrame, list[str]]:
+    failures: list[str] = []
+    runs: dict[tuple[str, float], dict[str, tuple]] = {}  # trial id -> candidate key
+    for key, spec in candidate_specs(config, picks, templates, budgets).items():
+        runs.setdefault(key[:2], {})[spec.trial_id] = (key, spec)
+    # (dataset, epsilon, method, repeat, candidate index) -> its trial's row, taken by the
+    # trial id of the spec run here, never another configuration's row in the store
+    rows: dict[tuple[str, float, str, int, int], dict] = {}
+    for (dataset, eps), members in sorted(runs.items()):
         run_dir = out / "private" / f"{dataset}-eps{eps:g}"
-        done = execute(specs, run_dir, workers, quiet)
-        key_of = {s.trial_id: (dataset, eps, bare(s.label), s.seed) for s in specs}
+        done = execute([spec for _, spec in members.values()], run_dir, workers, quiet)
+        key_of = {trial: key for trial, (key, _) in members.items()}
         for trial, error in done.failed:
             if is_infeasible(error):  # a draw no calibration meets: it runs nothing
                 rows[key_of[trial]] = {INFEASIBLE: error}
@@ -379,7 +535,7 @@ def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.Da
                          if r["trial_id"] in key_of})  # fmt: skip
     records, summary = [], []
     for (dataset, eps, label), budget in sorted(budgets.items()):
-        record = _select(config, dataset, eps, label, budget, counts[label], rows)
+        record = _select(config, dataset, eps, label, budget, picks[label], rows)
         records.append(record)
         summary += _summary_rows(config, record, budget)
     (out / "private").mkdir(parents=True, exist_ok=True)
@@ -392,20 +548,21 @@ def _run(config, out, counts, templates, budgets, workers, quiet) -> tuple[pd.Da
 
 
 def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: MethodBudget,
-            counts: list[int], rows: dict) -> dict[str, Any]:  # fmt: skip
-    """Score every candidate of every repeat (noise from the candidate's own stream) and
+            picks: list[list[int]], rows: dict) -> dict[str, Any]:  # fmt: skip
+    """Score every candidate of every repeat (noise from the candidate's own seed) and
     release, per target, the best by the one rule; a repeat with a missing candidate (its
     trial failed) releases nothing."""
     free = {m.label or m.name for m in config.methods if m.unconstrained}
     repeats = []
-    for repeat, k in zip(config.final_seeds, counts, strict=True):
+    for repeat, chosen in zip(config.final_seeds, picks, strict=True):
+        k = len(chosen)
         candidates = []
-        for i in range(0 if budget.left_out is not None else k):
-            row = rows.get((dataset, eps, f"{label}#{i}", candidate_seed(repeat, i)))
+        for i, u in enumerate([] if budget.left_out is not None else chosen):
+            row = rows.get((dataset, eps, label, repeat, i))
             if row is None:
                 break
             if INFEASIBLE in row:  # nothing trained, nothing released or spent: never chosen
-                candidates.append({"label": f"{label}#{i}", "hparams": None, "knob": None,
+                candidates.append({"label": f"{label}#{u}", "hparams": None, "knob": None,
                                    "val_error": None, "val_violation": None,
                                    "test_error": math.nan, "test_violation": math.nan,
                                    INFEASIBLE: row[INFEASIBLE].splitlines()[-1]})  # fmt: skip
@@ -438,24 +595,32 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             "delta": config.delta, "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
             "candidate_ledger": budget.ledger.to_json(), "candidate_plans": list(budget.plans),
             "plan_of": dict(budget.plan_of), "left_out": budget.left_out,
-            "repeats": repeats}  # fmt: skip
+            "support": config.support, "note": ANALYSIS, "repeats": repeats}  # fmt: skip
 
 
 def validation_score(row: dict, budget: MethodBudget, constraint: str) -> tuple[float, float]:
     """A finished candidate's validation (error, violation) from its exact counts; when the
     selection is charged, its ledger is first checked against its plan and the counts get the
-    score's Laplace noise from the candidate's own stream."""
+    score's Laplace noise from a privacy session of the candidate's seed (the exact sampler
+    when the candidate trained with it)."""
     cells = np.asarray(row["info"]["val_outcome_cells"])
     if budget.charged:
         _check_ledger(row, budget)
-        cells = noisy_cells(cells, budget.score_scale, numpy_stream(row["seed"], SCORE_STREAM))
+        secure = row["info"].get("noise_sampler") == NOISE_SAMPLERS[True]
+        cells = noisy_cells(cells, budget.score_scale, row["seed"], secure)
     return score(cells, constraint)
 
 
 def _check_ledger(row: dict, budget: MethodBudget) -> None:
-    """A candidate's recorded training ledger is the plan the selection accounted it with (the
-    same RDP curve as `budget.plan_for` its label), or the stated total would be wrong."""
+    """A candidate ran under whole-record DP and its recorded training ledger is the plan the
+    selection accounted it with (the same RDP curve as `budget.plan_for` its label), or the
+    stated total would be wrong."""
     label = bare(row["label"])
+    if row["privacy_notion"] != "full":
+        raise PrivacyContractError(
+            f"candidate {label} (seed {row['seed']}) ran under {row['privacy_notion']!r}, not "
+            "whole-record DP"
+        )
     planned = budget.plan_for(label)
     recorded = rdp.rdp_curve(PrivacyLedger.from_json(row["ledger"]).event)
     if planned is None or not np.allclose(recorded, rdp.rdp_curve(planned.event),
@@ -520,7 +685,8 @@ def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
             f"# {config.name}: {NOT_CHARGED} (the twin of private selection)",
             "",
             f"Per method and repeat, K candidates with K drawn from {law} (mean "
-            f"{config.count.expected:.3g}), the method's search-space draws in order, each "
+            f"{config.count.expected:.3g}), each one of the method's {config.support} support "
+            "configurations (drawn from its space) uniformly at random, each "
             "trained at the full ε and scored exactly on validation (validation treated as "
             "public); the released model is the lowest validation error among feasible "
             f"candidates. {len(config.final_seeds)} repeats (one per final seed: its split); "
@@ -532,8 +698,10 @@ def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
             f"# {config.name}: tuning paid for (private selection)",
             "",
             f"Private selection (Papernot and Steinke 2022): per method and repeat, K "
-            f"candidates with K drawn from {law} (mean {config.count.expected:.3g}); candidates "
-            "are the method's search-space draws in order, each trained at the training ε below "
+            f"candidates with K drawn from {law} (mean {config.count.expected:.3g}); each "
+            f"candidate is one of the method's {config.support} support configurations (drawn "
+            "from its space; the budget is calibrated over all of them) uniformly at random, "
+            "trained with its own seed at the training ε below "
             "and scored on validation by Laplace-noised counts (scale below, sensitivity 1); the "
             "released model is the lowest noisy validation error among noisy-feasible "
             f"candidates. {len(config.final_seeds)} repeats (one per final seed: its split); "
@@ -543,7 +711,7 @@ def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
             f"Total ε: one RepeatAndSelect event per (dataset, ε, method, target), {PLD_NOTE}. "
             "Each target's release meets it on its own; the targets share candidates.",
         ]
-    lines = intro
+    lines = [*intro, "", f"Note: this file is an {ANALYSIS}."]
     for (dataset, eps, target), group in table.groupby(["dataset", "epsilon", "target"]):
         lines += ["", f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}", "",
                   "| method | K drawn | released / repeats | most released | noisy val error | "

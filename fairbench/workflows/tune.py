@@ -73,6 +73,7 @@ from fairbench.runner.trial import TrialSpec
 KNOB = "knob"
 NOT_CHARGED = "tuning not charged"
 SCORE_SHARE = 0.5  # default share of a private candidate's budget spent on its noisy score
+SUPPORT = 16  # default configurations per method a private selection draws its candidates from
 CHARGED_BY_COMPOSITION = "tuning charged by composition (validation treated as public)"
 
 
@@ -131,6 +132,9 @@ class TuneConfig(_Strict):
     selection: Literal["free", "private", "uncharged"] = "free"
     count: CountLaw | None = None  # the law of the number of candidates, for private
     score_share: float = Field(SCORE_SHARE, gt=0, lt=1)  # of a candidate's budget, for its score
+    # private or uncharged: configurations drawn per method before the count, the selection's
+    # support; each candidate is one of them uniformly at random, the budget covers them all
+    support: int = Field(SUPPORT, ge=1)
     # a method none of whose candidates can be calibrated at an epsilon under private
     # selection: refuse the whole tune (error) or record it as releasing nothing (leave_out)
     uncalibratable: Literal["error", "leave_out"] = "error"
@@ -139,6 +143,11 @@ class TuneConfig(_Strict):
     @classmethod
     def _names_as_entries(cls, value: Any) -> Any:
         return ExperimentConfig._names_as_entries(value)
+
+    def split_seed(self, repeat: int) -> int:
+        """The seed of the data split repeat `repeat` (a final seed) of a private selection
+        runs on: its own."""
+        return repeat
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -162,6 +171,8 @@ class TuneConfig(_Strict):
                 )
         elif self.count is not None:
             raise ValueError("count applies to selection: private or uncharged only")
+        if self.selection == "free" and self.support != SUPPORT:
+            raise ValueError("support applies to selection: private or uncharged only")
         if self.selection != "private" and self.score_share != SCORE_SHARE:
             raise ValueError("score_share applies to selection: private only")
         if self.selection != "private" and self.uncalibratable != "error":
