@@ -178,7 +178,7 @@ def calibrate_candidate(
     # feasible at `low`: calibration only gets easier above it, so no bracket point fails
     step = math.log1p(rel_tol) / 2
     secant = True  # a round whose bracket missed the target bisects next: halving is assured
-    while high / low > 1 + rel_tol:
+    while math.log(high / low) > 2 * step * (1 + 1e-6):  # (floating error: no round is idle)
         x_lo, x_hi = math.log(low), math.log(high)
         with np.errstate(divide="ignore", invalid="ignore"):
             f_lo, f_hi = np.log(at(low) / target), np.log(at(high) / target)
