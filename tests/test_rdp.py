@@ -110,7 +110,9 @@ def test_the_reverse_direction_is_the_integral_and_errs_upward(q, sigma, b):
     mine = rdp._reverse(q, sigma, b, orders)
     direct = [_reverse_by_scipy(q, sigma, b, a) for a in orders]
     assert mine == pytest.approx(direct, rel=1e-9)
-    assert (mine >= np.asarray(direct) * (1 - 1e-12)).all()
+    # errs upward: at least the reference, within the reference's own accuracy (epsrel 1e-11;
+    # scipy 1.17 lands 1.9e-12 below it at order 2 for q 0.04, sigma 4, b 5)
+    assert (mine >= np.asarray(direct) * (1 - 1e-11)).all()
     assert (mine <= -math.log1p(-q)).all()
 
 
