@@ -123,7 +123,8 @@ def test_the_sensitive_part_is_clipped_and_the_parts_sum_to_the_gradient():
         norm = math.sqrt(sum(float((g**2).sum()) for g in clipped(x[i : i + 1], one, 0.7)))
         assert norm <= 0.7 + 1e-5
     session = PrivacySession(0, budget=PrivacyBudget(1.0))
-    session.guarantee = Guarantee(PrivacyNotion.SENSITIVE_ATTRIBUTE)  # a substitution moves it by twice
+    # a substitution moves it by twice
+    session.guarantee = Guarantee(PrivacyNotion.SENSITIVE_ATTRIBUTE)
     assert session.gaussian_sum(jo.LEARNER, 0.7, 2.0).sensitivity == pytest.approx(1.4)
 
 

@@ -193,7 +193,8 @@ def test_two_methods_candidates_draw_independent_noise_and_batches():
     picks = {"dp-sgd": [[0]] * 10, "other": [[0]] * 10}
     budgets = {("synthetic", 1.0, "dp-sgd"): budget, ("synthetic", 1.0, "other"): budget}
     specs = candidate_specs(config, picks, templates, budgets)
-    first, second = specs[("synthetic", 1.0, "dp-sgd", 0, 0)], specs[("synthetic", 1.0, "other", 0, 0)]
+    first = specs[("synthetic", 1.0, "dp-sgd", 0, 0)]
+    second = specs[("synthetic", 1.0, "other", 0, 0)]
     assert first.seed != second.seed
     assert first.seed == candidate_seed(config.seed, "dp-sgd", 0, 0)
     draws = []

@@ -54,8 +54,10 @@ def advise(
     ] = False,
     seed: Annotated[
         int | None,
-        typer.Option(help="reproducible demonstration: every draw from this seed (NOT a DP "
-                     "release; default: the OS's entropy, never written)"),
+        typer.Option(
+            help="reproducible demonstration: every draw from this seed (NOT a DP "
+            "release; default: the OS's entropy, never written)"
+        ),
     ] = None,
     secure_noise: Annotated[
         bool, typer.Option(help="exact discrete noise from OpenDP for training and scores")

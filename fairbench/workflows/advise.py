@@ -71,8 +71,8 @@ from fairbench.workflows.private_selection import (
     candidate_templates,
     refuse_partial,
     run_private,
-    whole_record_problem,
     validation_score,
+    whole_record_problem,
 )
 from fairbench.workflows.tune import (
     MethodSpace,

@@ -191,7 +191,8 @@ def draw_picks(config: TuneConfig, counts: dict[str, list[int]]) -> dict[str, li
     for label, ks in counts.items():
         out[label] = [
             numpy_stream(config.seed, f"selection picks/{label}/{repeat}")
-            .integers(config.support, size=k).tolist()
+            .integers(config.support, size=k)
+            .tolist()
             for repeat, k in zip(config.final_seeds, ks, strict=True)
         ]
     return out
