@@ -173,7 +173,7 @@ def exact_text(plan_: Plan, record: Release, table: pd.DataFrame) -> str:
         lines.append(line)
     lines += [
         f"  comparison (an analysis): each method alone, tuned by its own private selection "
-        f"at epsilon {r.epsilon:g}, {r.repeats} repeats on their own splits; test error of "
+        f"at epsilon {r.epsilon:g}, {r.repeats} repeats on one split of their own; test error of "
         "the released models, mean ± 95% CI; held tau: repeats whose released model held "
         "tau on test (nothing released is a miss)",
         f"  {'method':<28} {'test error':>17} {'violation':>9} {'held tau':>8} "
