@@ -61,8 +61,12 @@ class ReweighedDPSGD(Method):
     name = "reweighed-dp-sgd"
     description = "DP-SGD on a loss reweighed by noisy (group, label) counts (Kamiran-Calders)"
     private = True
-    knob = Knob("strength", "exponent of the reweighing weights: 0 plain DP-SGD, 1 full",
-                Direction.STRICTER, low=0.0)  # fmt: skip
+    knob = Knob(
+        "strength",
+        "exponent of the reweighing weights: 0 plain DP-SGD, 1 full",
+        Direction.STRICTER,
+        low=0.0,
+    )
     Hparams = ReweighedHparams
     hparams: ReweighedHparams
 
@@ -88,8 +92,9 @@ class ReweighedDPSGD(Method):
         k, c = task.n_groups, task.n_classes
         schedule, counts = self.schedule(len(y), session.budget)
         plan = PrivacyLedger()
-        plan.record(GRADIENT, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
-                                        schedule.steps))  # fmt: skip
+        plan.record(
+            GRADIENT, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier, schedule.steps)
+        )
         plan.record(COUNTS, counts)
         gradient_sum = session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
         per_sample, params = PerSampleGradients(model), list(model.parameters())
@@ -116,8 +121,9 @@ class ReweighedDPSGD(Method):
         model, schedule, plan, step = self._program(task, fairness, session)
         run_steps(session, len(task.train), schedule, step, plan)
         counts = plan.entries[-1].event.noise_multiplier
-        return Fitted(model, session.device, info=schedule.info(),
-                      budget=schedule.budget(counts=counts))  # fmt: skip
+        return Fitted(
+            model, session.device, info=schedule.info(), budget=schedule.budget(counts=counts)
+        )
 
     def stepper(self, task, privacy: PrivacyBudget | None, seed: int, device="cpu"):
         session = PrivacySession(seed, resolve_device(device), privacy)

@@ -123,8 +123,9 @@ class Run:
         trials = self.trials
         match = trials[trials["trial_id"] == trial_id]
         if match.empty:
-            raise ConfigError(f"{self.path} has no finished trial {trial_id!r}; see "
-                              "run.trials['trial_id']")  # fmt: skip
+            raise ConfigError(
+                f"{self.path} has no finished trial {trial_id!r}; see run.trials['trial_id']"
+            )
         return ledger_releases(match["ledger"].iloc[0] if "ledger" in match else None)
 
     @property
@@ -156,8 +157,9 @@ class Run:
         dataset = _pick(points["dataset"], dataset, "dataset")
         points = points[points["dataset"] == dataset]
         private = points[points["epsilon"] != float("inf")]
-        notion = _pick(private["privacy_notion"], notion, "notion") if len(private) else (
-            "non-private")  # fmt: skip
+        notion = (
+            _pick(private["privacy_notion"], notion, "notion") if len(private) else ("non-private")
+        )
         if epsilon is not None:
             if not (points["epsilon"] == epsilon).any():
                 choices = ", ".join(f"{e:g}" for e in sorted(points["epsilon"].unique()))
@@ -167,9 +169,15 @@ class Run:
             choices = ", ".join(f"{e:g}" for e in sorted(private["epsilon"].unique()))
             raise ConfigError(f"one axes holds one epsilon: pass epsilon= one of {choices}")
         constraint = str(points["constraint"].iloc[0])
-        return trade_off_figure(points, dataset, constraint, notion,
-                                self.config.get("references") or [],
-                                hyperparameter_provenance(self.config), ax=ax)  # fmt: skip
+        return trade_off_figure(
+            points,
+            dataset,
+            constraint,
+            notion,
+            self.config.get("references") or [],
+            hyperparameter_provenance(self.config),
+            ax=ax,
+        )
 
     def _table(self, name: str) -> pd.DataFrame:
         import pandas as pd
@@ -223,9 +231,18 @@ def run(
 
     experiment = experiment_config(config, overrides)
     run_dir = Path(out) if out is not None else Path("runs") / experiment.name
-    outcome = run_experiment(experiment, run_dir, workers=workers, quiet=quiet,
-                             warn=lambda message: warnings.warn(message, stacklevel=3))  # fmt: skip
+    outcome = run_experiment(
+        experiment,
+        run_dir,
+        workers=workers,
+        quiet=quiet,
+        warn=lambda message: warnings.warn(message, stacklevel=3),
+    )
     if outcome.summary.failed:
-        warnings.warn(f"{len(outcome.summary.failed)} of {outcome.summary.total} trials failed: "
-                      "see Run.failures", RuntimeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{len(outcome.summary.failed)} of {outcome.summary.total} trials failed: "
+            "see Run.failures",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return Run(run_dir)

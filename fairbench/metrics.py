@@ -193,8 +193,11 @@ def accuracy_parity_difference(
 ) -> float:
     """max − min over the groups present of the group error rate P(ŷ ≠ y | s)."""
     y_true, y_pred, sensitive = _check(y_true, y_pred, sensitive)
-    errors = [_mean(y_pred[members] != y_true[members], _part(weight, members))
-              for g in np.unique(sensitive) if (members := sensitive == g).any()]  # fmt: skip
+    errors = [
+        _mean(y_pred[members] != y_true[members], _part(weight, members))
+        for g in np.unique(sensitive)
+        if (members := sensitive == g).any()
+    ]
     return float(max(errors) - min(errors)) if len(errors) >= 2 else 0.0
 
 

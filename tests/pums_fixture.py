@@ -22,13 +22,22 @@ RACE_SHARES = [0.62, 0.25, 0.01, 0.01, 0.01, 0.02, 0.01, 0.03, 0.04]
 
 
 def pums_path(root: Path, state: str, year: int, horizon: str) -> Path:
-    name = (f"psam_p{STATE_CODES[state]}.csv" if year >= 2017
-            else f"ss{str(year)[-2:]}p{state.lower()}.csv")  # fmt: skip
+    name = (
+        f"psam_p{STATE_CODES[state]}.csv"
+        if year >= 2017
+        else f"ss{str(year)[-2:]}p{state.lower()}.csv"
+    )
     return root / "acs" / str(year) / horizon / name
 
 
-def write_pums(root: Path, state: str = "AL", year: int = 2018, horizon: str = "5-Year",
-               rows: int = 3000, seed: int = 0) -> Path:  # fmt: skip
+def write_pums(
+    root: Path,
+    state: str = "AL",
+    year: int = 2018,
+    horizon: str = "5-Year",
+    rows: int = 3000,
+    seed: int = 0,
+) -> Path:
     rng = np.random.default_rng(seed)
     age = rng.integers(0, 95, rows)
     school = np.where(age >= 3, rng.integers(1, 25, rows), np.nan)

@@ -80,8 +80,9 @@ def test_every_registered_private_method_has_a_case():
 def test_private_methods_read_training_data_only_through_releases(
     task, name, hparams, constraint, knob
 ):
-    report = check_access(get_method(name, **hparams), task, BUDGET,
-                          FairnessSpec(constraint, knob), seed=1)  # fmt: skip
+    report = check_access(
+        get_method(name, **hparams), task, BUDGET, FairnessSpec(constraint, knob), seed=1
+    )
     assert report.ok, report.leaks
     trains_on_public_data_only = "sensitive" in str(hparams) and knob == 0.0
     assert (report.releases == 0) == trains_on_public_data_only
@@ -90,8 +91,9 @@ def test_private_methods_read_training_data_only_through_releases(
 def test_dpse_regression_reads_only_through_releases():
     task = get_dataset("synthetic", task="regression", group_sizes=[200, 60, 40]).load(seed=0)
     for hparams in ({"steps": 5}, {"steps": 5, "composition": "parallel"}):
-        report = check_access(get_method("dpse", **hparams), task, BUDGET,
-                              FairnessSpec(BGL, 2.0), seed=1)  # fmt: skip
+        report = check_access(
+            get_method("dpse", **hparams), task, BUDGET, FairnessSpec(BGL, 2.0), seed=1
+        )
         assert report.ok, report.leaks
 
 

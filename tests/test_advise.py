@@ -19,10 +19,26 @@ from dp_accounting.rdp import RdpAccountant
 from fairbench.privacy import PrivacyLedger, rdp
 from fairbench.workflows import advise as flow
 
-RELEASE_KEYS = {"release", "method", "hparams", "knob", "knob_name", "selected",
-                "noisy_validation_error", "noisy_validation_violation",
-                "reads_sensitive_attribute_at_test", "constraint", "tau", "data", "epsilon",
-                "delta", "accounting", "noise", "preprocessing", "features"}  # fmt: skip
+RELEASE_KEYS = {
+    "release",
+    "method",
+    "hparams",
+    "knob",
+    "knob_name",
+    "selected",
+    "noisy_validation_error",
+    "noisy_validation_violation",
+    "reads_sensitive_attribute_at_test",
+    "constraint",
+    "tau",
+    "data",
+    "epsilon",
+    "delta",
+    "accounting",
+    "noise",
+    "preprocessing",
+    "features",
+}
 
 
 def people(n: int = 1500, seed: int = 0) -> pd.DataFrame:
@@ -30,9 +46,16 @@ def people(n: int = 1500, seed: int = 0) -> pd.DataFrame:
     group = rng.choice(["a", "b"], n, p=[0.6, 0.4])
     x = rng.normal(size=(n, 3)).round(3)
     score = x[:, 0] + 0.5 * x[:, 1] + 0.8 * (group == "a") + rng.normal(size=n)
-    return pd.DataFrame({"x1": x[:, 0], "x2": x[:, 1], "x3": x[:, 2],
-                         "color": rng.choice(["red", "green"], n), "group": group,
-                         "outcome": np.where(score > 0.6, "yes", "no")})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "x1": x[:, 0],
+            "x2": x[:, 1],
+            "x3": x[:, 2],
+            "color": rng.choice(["red", "green"], n),
+            "group": group,
+            "outcome": np.where(score > 0.6, "yes", "no"),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +69,48 @@ def table(tmp_path_factory):
 def dp_sgd_spaces(tmp_path_factory):
     """One DP-SGD plan (only the step size is searched): accountable by dp-accounting alone."""
     path = tmp_path_factory.mktemp("spaces") / "spaces.yaml"
-    path.write_text(yaml.safe_dump({"methods": [{
-        "name": "dp-sgd", "unconstrained": True, "hparams": {"epochs": 2, "batch_size": 64},
-        "space": {"lr": {"log": [0.1, 2.0]}}}]}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "methods": [
+                    {
+                        "name": "dp-sgd",
+                        "unconstrained": True,
+                        "hparams": {"epochs": 2, "batch_size": 64},
+                        "space": {"lr": {"log": [0.1, 2.0]}},
+                    }
+                ]
+            }
+        )
+    )
     return path
 
 
-ARGS = ["--label", "outcome", "--sensitive", "group", "--positive", "yes", "--epsilon", "2",
-        "--tau", "0.1", "--budget", "1.5", "--repeats", "2", "--support", "3", "--method",
-        "dp-sgd", "--method", "cgoo", "--workers", "1", "--quiet"]  # fmt: skip
+ARGS = [
+    "--label",
+    "outcome",
+    "--sensitive",
+    "group",
+    "--positive",
+    "yes",
+    "--epsilon",
+    "2",
+    "--tau",
+    "0.1",
+    "--budget",
+    "1.5",
+    "--repeats",
+    "2",
+    "--support",
+    "3",
+    "--method",
+    "dp-sgd",
+    "--method",
+    "cgoo",
+    "--workers",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +123,10 @@ def advised(table, tmp_path_factory):
     from fairbench.cli import main
 
     out = tmp_path_factory.mktemp("advised") / "out"
-    argv, sys.argv = sys.argv, ["fairbench", "advise", str(table), *ARGS, "--out", str(out),
-                                "--json"]  # fmt: skip
+    argv, sys.argv = (
+        sys.argv,
+        ["fairbench", "advise", str(table), *ARGS, "--out", str(out), "--json"],
+    )
     buffer = io.StringIO()
     try:
         with contextlib.redirect_stdout(buffer):
@@ -88,13 +146,23 @@ def test_the_release_holds_only_what_its_analysis_covers(advised):
     release = result["release"]
     assert set(release) == RELEASE_KEYS | {"folder"}
     stored = json.loads((out / "release" / "release.json").read_text())
-    assert set(stored) == RELEASE_KEYS and stored == {k: v for k, v in release.items()
-                                                      if k != "folder"}  # fmt: skip
+    assert set(stored) == RELEASE_KEYS and stored == {
+        k: v for k, v in release.items() if k != "folder"
+    }
     assert 1.9 < release["epsilon"] <= 2.0 and release["delta"] == 1e-5
     assert release["release"].startswith("(epsilon, delta)-DP release")
     assert release["noise"].startswith("float64, its randomness from the operating system")
-    forbidden = {"seed", "split_seed", "candidates", "trial_id", "index", "sha256",
-                 "val_outcome_cells", "test_error", "test_violation"}  # fmt: skip
+    forbidden = {
+        "seed",
+        "split_seed",
+        "candidates",
+        "trial_id",
+        "index",
+        "sha256",
+        "val_outcome_cells",
+        "test_error",
+        "test_violation",
+    }
     assert not _keys(stored) & forbidden
     # a count appears only as a ledger's number of steps, never as the number of candidates
     assert "count" not in stored and "count" not in stored["accounting"]
@@ -110,8 +178,12 @@ def test_the_release_holds_only_what_its_analysis_covers(advised):
         assert torch.load(out / "release" / "model.pt", weights_only=False)["components"]
         assert math.isfinite(release["noisy_validation_error"])
     # the candidates trained in a temporary folder that is gone
-    assert sorted(p.name for p in out.iterdir()) == ["comparison", "release", "report.html",
-                                                     "report.md"]  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == [
+        "comparison",
+        "release",
+        "report.html",
+        "report.md",
+    ]
 
 
 def _keys(value) -> set[str]:
@@ -142,9 +214,22 @@ def test_every_exact_statistic_is_under_the_not_private_heading(advised):
 
 
 def _request(table, spaces, **change) -> flow.Request:
-    request = flow.Request({"csv": str(table), "label": "outcome", "sensitive": "group",
-                            "positive": "yes", "missing": "drop"}, 2.0, "demographic_parity",
-                           0.5, budget=1.0, repeats=2, spaces=str(spaces), support=2)  # fmt: skip
+    request = flow.Request(
+        {
+            "csv": str(table),
+            "label": "outcome",
+            "sensitive": "group",
+            "positive": "yes",
+            "missing": "drop",
+        },
+        2.0,
+        "demographic_parity",
+        0.5,
+        budget=1.0,
+        repeats=2,
+        spaces=str(spaces),
+        support=2,
+    )
     return replace(request, **change)
 
 
@@ -171,8 +256,14 @@ def test_unseeded_releases_draw_fresh_noise_and_seeded_ones_say_they_are_not_rel
 def _one(plan_: flow.Plan):
     """A release that happened to draw no candidate, given one (the test needs a score)."""
     spec = plan_.support[0]
-    return [replace(spec, epsilon=plan_.budget.training_epsilon, seed=11,
-                    dataset_options={**spec.dataset_options})]  # fmt: skip
+    return [
+        replace(
+            spec,
+            epsilon=plan_.budget.training_epsilon,
+            seed=11,
+            dataset_options={**spec.dataset_options},
+        )
+    ]
 
 
 def test_no_candidate_releases_nothing_inside_the_accounted_law(table, dp_sgd_spaces, tmp_path):
@@ -195,22 +286,29 @@ def test_the_privacy_spent_is_recomputed_with_dp_accounting(table, dp_sgd_spaces
     plan_ = flow.plan(_request(table, dp_sgd_spaces, seed=3))
     _, table_ = flow.run_advice(plan_, tmp_path / "out", 1, True)
     spent = flow.looking_cost(plan_, tmp_path / "out")
-    (record,) = json.loads((tmp_path / "out" / "comparison" / "private" / "selections.json")
-                           .read_text())  # fmt: skip
+    (record,) = json.loads(
+        (tmp_path / "out" / "comparison" / "private" / "selections.json").read_text()
+    )
     (training,) = record["candidate_plans"]
 
     def candidate(plan: dict, scale: float) -> dp_event.DpEvent:
-        return dp_event.ComposedDpEvent([PrivacyLedger.from_json(plan).event,
-                                         dp_event.LaplaceDpEvent(scale)])  # fmt: skip
+        return dp_event.ComposedDpEvent(
+            [PrivacyLedger.from_json(plan).event, dp_event.LaplaceDpEvent(scale)]
+        )
 
     (release_plan,) = plan_.budget.plans
     events = [
-        dp_event.RepeatAndSelectDpEvent(candidate(release_plan, plan_.budget.score_scale),
-                                        1.0, math.inf),
+        dp_event.RepeatAndSelectDpEvent(
+            candidate(release_plan, plan_.budget.score_scale), 1.0, math.inf
+        ),
         dp_event.LaplaceDpEvent(plan_.plan_counts_scale),
-        *[dp_event.RepeatAndSelectDpEvent(candidate(training, record["score_laplace_scale"]),
-                                          1.0, math.inf)] * len(record["repeats"]),
-    ]  # fmt: skip
+        *[
+            dp_event.RepeatAndSelectDpEvent(
+                candidate(training, record["score_laplace_scale"]), 1.0, math.inf
+            )
+        ]
+        * len(record["repeats"]),
+    ]
     again = RdpAccountant(orders=list(rdp.ORDERS)).compose(dp_event.ComposedDpEvent(events))
     assert spent["total"] == pytest.approx(again.get_epsilon(1e-5), rel=1e-9)
     assert len(record["repeats"]) == 2 and len(table_) == 1
@@ -226,25 +324,51 @@ def test_the_privacy_spent_is_recomputed_with_dp_accounting(table, dp_sgd_spaces
         (["--constraint", "bounded_group_loss"], None, "advise scores the rate constraints"),
         (["--sensitive", "grup"], None, "did you mean 'group'"),
         # private selection refuses what is not whole-record DP, before anything runs
-        ([], [{"name": "jagielski-oracle", "hparams": {"privacy_notion": "sensitive-attribute"}}],
-         "candidate jagielski-oracle#0: method jagielski-oracle with privacy_notion: "
-         "sensitive-attribute is not (epsilon, delta)-DP for the whole record"),
-        ([], [{"name": "dp-fermi", "hparams": {"marginals": "public"}}],
-         "method dp-fermi with marginals: public is not (epsilon, delta)-DP for the whole "
-         "record (it reads the marginals exactly)"),
-        ([], [{"name": "pf-ld", "hparams": {"calibrate": "noise"},
-               "space": {"privacy_notion": ["sensitive-attribute"]}}],
-         "set privacy_notion: full or leave the method out"),
-        (["--allow-sensitive-at-test"],
-         [{"name": "jagielski-post", "hparams": {"privacy_notion": "sensitive-attribute"}}],
-         "method jagielski-post with privacy_notion: sensitive-attribute"),
+        (
+            [],
+            [{"name": "jagielski-oracle", "hparams": {"privacy_notion": "sensitive-attribute"}}],
+            "candidate jagielski-oracle#0: method jagielski-oracle with privacy_notion: "
+            "sensitive-attribute is not (epsilon, delta)-DP for the whole record",
+        ),
+        (
+            [],
+            [{"name": "dp-fermi", "hparams": {"marginals": "public"}}],
+            "method dp-fermi with marginals: public is not (epsilon, delta)-DP for the whole "
+            "record (it reads the marginals exactly)",
+        ),
+        (
+            [],
+            [
+                {
+                    "name": "pf-ld",
+                    "hparams": {"calibrate": "noise"},
+                    "space": {"privacy_notion": ["sensitive-attribute"]},
+                }
+            ],
+            "set privacy_notion: full or leave the method out",
+        ),
+        (
+            ["--allow-sensitive-at-test"],
+            [{"name": "jagielski-post", "hparams": {"privacy_notion": "sensitive-attribute"}}],
+            "method jagielski-post with privacy_notion: sensitive-attribute",
+        ),
         ([], [{"name": "erm"}], "method erm is not private"),
     ],
-    ids=["epsilon", "delta", "tau", "method", "constraint", "column", "oracle-notion",
-         "fermi-marginals", "pf-ld-searched-notion", "post-notion", "non-private"],
-)  # fmt: skip
-def test_bad_requests_are_one_line_and_write_nothing(cli, table, tmp_path, extra, spaces,
-                                                     message):  # fmt: skip
+    ids=[
+        "epsilon",
+        "delta",
+        "tau",
+        "method",
+        "constraint",
+        "column",
+        "oracle-notion",
+        "fermi-marginals",
+        "pf-ld-searched-notion",
+        "post-notion",
+        "non-private",
+    ],
+)
+def test_bad_requests_are_one_line_and_write_nothing(cli, table, tmp_path, extra, spaces, message):
     out = tmp_path / "out"
     args = [a for a in ARGS if a not in ("dp-sgd", "cgoo", "--method")] if spaces else ARGS
     if spaces is not None:
@@ -267,9 +391,13 @@ def test_the_plan_warns_when_the_private_score_cannot_resolve_tau():
     counts = np.array([[300.2, 99.9], [30.4, 9.6]])  # noisy rows by (group, label)
     groups = ("big", "small")
     assert score_noise(counts, groups, "demographic_parity", 2.0) == {
-        "big": (400, 0.01), "small": (40, 0.1)}  # fmt: skip
+        "big": (400, 0.01),
+        "small": (40, 0.1),
+    }
     assert score_noise(counts, groups, "equalized_odds", 2.0) == {
-        "big": (100, 0.04), "small": (10, 0.4)}  # fmt: skip
+        "big": (100, 0.04),
+        "small": (10, 0.4),
+    }
     assert score_noise_notes(score_noise(counts, groups, "demographic_parity", 2.0), 0.2) == []
     (named,) = score_noise_notes(score_noise(counts, groups, "demographic_parity", 2.0), 0.05)
     assert "'small'" in named and "'big'" not in named and "--other" in named
@@ -284,8 +412,9 @@ def test_the_plans_counts_are_a_noisy_session_release(table):
     from fairbench.datasets import get_dataset
     from fairbench.privacy.noise import observe_releases
 
-    task = get_dataset("csv", path=str(table), label="outcome", sensitive="group",
-                       positive="yes").load(0)  # fmt: skip
+    task = get_dataset(
+        "csv", path=str(table), label="outcome", sensitive="group", positive="yes"
+    ).load(0)
     seen = []
     with observe_releases(lambda kind, exact, noisy: seen.append((kind, exact)) or noisy):
         noisy = flow.plan_counts(task, 5.0, 1, False)

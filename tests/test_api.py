@@ -52,8 +52,15 @@ def test_docs_example_runs_as_written(tmp_path, monkeypatch):
 
 
 def test_run_is_the_cli_run(tmp_path, cli, small_run):
-    code, _, err = cli("run", write_config(tmp_path, SMALL), "--out", str(tmp_path / "cli"),
-                       "--workers", "1", "--quiet")  # fmt: skip
+    code, _, err = cli(
+        "run",
+        write_config(tmp_path, SMALL),
+        "--out",
+        str(tmp_path / "cli"),
+        "--workers",
+        "1",
+        "--quiet",
+    )
     assert code == 0, err
     assert without_timing(read_results(small_run.path)) == without_timing(
         read_results(tmp_path / "cli")
@@ -108,8 +115,9 @@ def test_plot_draws_the_report_figure_and_checks_its_choices(small_run):
     assert "dp-sgd" in labels and "erm (non-private)" in labels
     with pytest.raises(ConfigError, match="pass epsilon= one of 1, 4"):
         small_run.plot(ax=ax)
-    with pytest.raises(ConfigError, match="dataset='adult' is not in this run; choose one of: "
-                                          "synthetic"):  # fmt: skip
+    with pytest.raises(
+        ConfigError, match="dataset='adult' is not in this run; choose one of: synthetic"
+    ):
         small_run.plot(dataset="adult")
     with pytest.raises(ConfigError, match="epsilon=2: this run has 1, 4, inf"):
         small_run.plot(epsilon=2.0)
@@ -166,17 +174,26 @@ def test_load_run_reads_committed_results_without_a_store(tmp_path):
         shutil.copy(committed / name, tmp_path / name)
     run = fairbench.load_run(tmp_path)
     assert len(run.trials) == 540 and run.config["name"] == "fig-adult-dp"
-    assert run.pareto.equals(pd.read_csv(committed / "pareto.csv", dtype={"knob_values": str})
-                             .fillna({"knob_values": ""}))  # fmt: skip
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "pareto.csv",
-                                                         "trials.csv"]  # fmt: skip
+    assert run.pareto.equals(
+        pd.read_csv(committed / "pareto.csv", dtype={"knob_values": str}).fillna(
+            {"knob_values": ""}
+        )
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "pareto.csv", "trials.csv"]
 
 
 def test_import_fairbench_stays_light():
-    code = ("import sys, fairbench; heavy = {'pandas', 'torch', 'matplotlib'} & set(sys.modules);"
-            " print(json.dumps(sorted(heavy)))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True,
-                         text=True, check=True, cwd=REPO)  # fmt: skip
+    code = (
+        "import sys, fairbench; heavy = {'pandas', 'torch', 'matplotlib'} & set(sys.modules);"
+        " print(json.dumps(sorted(heavy)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "import json; " + code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     assert json.loads(out.stdout) == []
     assert callable(fairbench.run) and fairbench.Run.__name__ == "Run"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):

@@ -60,8 +60,9 @@ def test_bound_is_sound_and_has_power_on_a_known_gaussian_mechanism():
     bounds = []
     for _ in range(40):
         member = rng.random(2000) < 0.5
-        bounds.append(bound_from_scores(2 * member + rng.normal(size=2000), member, tuning,
-                                        1e-5, 0.95)[0])  # fmt: skip
+        bounds.append(
+            bound_from_scores(2 * member + rng.normal(size=2000), member, tuning, 1e-5, 0.95)[0]
+        )
     assert sum(b > true_eps for b in bounds) <= 2
     assert 2.3 < np.median(bounds) < true_eps - 5  # the one-run bound is far from tight
 
@@ -111,9 +112,13 @@ def test_each_canary_shows_alone_in_its_column_of_the_watched_releases(method):
             return release
 
     privacy = PrivacyBudget(1.0, 1e-5)
-    audit_method(method, overrides).fit(with_canaries(task, member), privacy,
-                                        FairnessSpec("demographic_parity", KNOBS[method]), 3,
-                                        session=Exact(3, privacy, watch))  # fmt: skip
+    audit_method(method, overrides).fit(
+        with_canaries(task, member),
+        privacy,
+        FairnessSpec("demographic_parity", KNOBS[method]),
+        3,
+        session=Exact(3, privacy, watch),
+    )
     exact = np.array(exact)
     assert len(exact) >= 36 and np.all(exact[:, ~member] == 0)
     shown = np.abs(exact[:, member])
@@ -123,8 +128,10 @@ def test_each_canary_shows_alone_in_its_column_of_the_watched_releases(method):
 
 def test_dp_sgd_passes_and_both_broken_copies_are_flagged():
     method = audit_method("dp-sgd")
-    results = {broken: audit(method, 1.0, trials=1, canaries=1000, n_rows=100, broken=broken)
-               for broken in (None, *BROKEN)}  # fmt: skip
+    results = {
+        broken: audit(method, 1.0, trials=1, canaries=1000, n_rows=100, broken=broken)
+        for broken in (None, *BROKEN)
+    }
     assert not results[None].flagged and results[None].epsilon_lower_bound < 0.5
     assert results[None].releases > 250  # every step of the run was watched
     for broken in BROKEN:
@@ -134,16 +141,40 @@ def test_dp_sgd_passes_and_both_broken_copies_are_flagged():
 
 def test_audit_cli(cli):
     assert {b.value for b in Broken} == set(BROKEN)
-    code, out, _ = cli("audit", "--method", "dp-sgd", "--epsilon", "2", "--trials", "1",
-                       "--canaries", "40", "--set", "epochs=0.5", "--json")  # fmt: skip
+    code, out, _ = cli(
+        "audit",
+        "--method",
+        "dp-sgd",
+        "--epsilon",
+        "2",
+        "--trials",
+        "1",
+        "--canaries",
+        "40",
+        "--set",
+        "epochs=0.5",
+        "--json",
+    )
     record = json.loads(out)["audit"]
     assert code == 0 and not record["flagged"] and record["trials"] == 1
     assert record["method"] == "dp-sgd" and record["claimed_epsilon"] == 2.0
     assert record["name"] == "dp-sgd" and "epsilon_lower_bound" in record
     # 40 canaries cannot show a third of the noise at epsilon 1: the broken run says so
-    code, out, _ = cli("audit", "--method", "dp-sgd", "--epsilon", "1", "--trials", "1",
-                       "--canaries", "40", "--set", "epochs=0.5",
-                       "--broken", "one-third-noise")  # fmt: skip
+    code, out, _ = cli(
+        "audit",
+        "--method",
+        "dp-sgd",
+        "--epsilon",
+        "1",
+        "--trials",
+        "1",
+        "--canaries",
+        "40",
+        "--set",
+        "epochs=0.5",
+        "--broken",
+        "one-third-noise",
+    )
     assert code == 1 and "broken: one-third-noise" in out and "NOT flagged" in out
     code, _, err = cli("audit", "--method", "erm", "--epsilon", "1")
     assert code == 2 and "not private" in err

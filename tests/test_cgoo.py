@@ -34,14 +34,17 @@ def test_non_private_cgoo_matches_fairlearn_exponentiated_gradient_on_adult():
 
     task = get_dataset("adult").load(seed=0)
     for alpha in (0.02, 0.05):
-        eg = fairlearn.ExponentiatedGradient(LogisticRegression(max_iter=1000),
-                                             fairlearn.DemographicParity(difference_bound=alpha),
-                                             eps=alpha)  # fmt: skip
+        eg = fairlearn.ExponentiatedGradient(
+            LogisticRegression(max_iter=1000),
+            fairlearn.DemographicParity(difference_bound=alpha),
+            eps=alpha,
+        )
         eg.fit(task.train.X, task.train.y, sensitive_features=task.train.s)
         p = eg._pmf_predict(task.test.X)[:, 1]  # the randomized predictor's exact rates
         eg_error = float(np.mean(np.where(task.test.y == 1, 1 - p, p)))
-        fitted = get_method("cgoo-nonprivate").fit(task, None, FairnessSpec(
-            "demographic_parity", alpha), seed=0)  # fmt: skip
+        fitted = get_method("cgoo-nonprivate").fit(
+            task, None, FairnessSpec("demographic_parity", alpha), seed=0
+        )
         error, gap = expected_metrics(fitted, task.test)
         assert gap <= alpha + 0.02, (alpha, gap)
         assert abs(error - eg_error) <= 0.01, (alpha, error, eg_error)
@@ -49,8 +52,9 @@ def test_non_private_cgoo_matches_fairlearn_exponentiated_gradient_on_adult():
 
 def test_private_cgoo_spends_its_budget_on_counts_and_oracle(synthetic):
     method = get_method("cgoo", iterations=5, epochs=1, batch_size=128)
-    fitted = method.fit(synthetic, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 0.05),
-                        seed=0)  # fmt: skip
+    fitted = method.fit(
+        synthetic, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 0.05), seed=0
+    )
     labels = [entry.label for entry in fitted.ledger.entries]  # sampled rounds first
     assert len(labels) == 2 and "oracle" in labels[0] and "confusion counts" in labels[1]
     assert 0.99 <= fitted.ledger.epsilon(1e-5) <= 1.0
@@ -79,11 +83,14 @@ def test_dual_multipliers_settle_and_the_constraint_tightens(synthetic):
 
 def test_constraint_pieces_are_the_linear_parts_of_the_constraints(synthetic):
     rng = np.random.default_rng(0)
-    stats = go.statistics(synthetic.train.y, synthetic.train.s,
-                          rng.uniform(size=len(synthetic.train)), 2)  # fmt: skip
+    stats = go.statistics(
+        synthetic.train.y, synthetic.train.s, rng.uniform(size=len(synthetic.train)), 2
+    )
     sizes = go.Sizes.of(stats)
-    for name, g in (("demographic_parity", go.demographic_parity(0.03)),
-                    ("bounded_group_loss", go.bounded_group_loss(0.03))):  # fmt: skip
+    for name, g in (
+        ("demographic_parity", go.demographic_parity(0.03)),
+        ("bounded_group_loss", go.bounded_group_loss(0.03)),
+    ):
         values, grads = go.constraint_pieces(name, 0.03, stats, sizes)
         assert values.max() == pytest.approx(g(stats, sizes)[0])
         assert np.allclose((grads * stats).sum(axis=(1, 2, 3)) - 0.03, values)
@@ -96,11 +103,13 @@ def test_cgoo_refuses_what_it_cannot_do(synthetic):
     from fairbench.errors import ConfigError
 
     with pytest.raises(ConfigError, match="alpha"):
-        get_method("cgoo").fit(synthetic, PrivacyBudget(1.0), FairnessSpec("demographic_parity"),
-                               seed=0)  # fmt: skip
+        get_method("cgoo").fit(
+            synthetic, PrivacyBudget(1.0), FairnessSpec("demographic_parity"), seed=0
+        )
     with pytest.raises(ConfigError, match="constraints"):
-        get_method("cgoo").fit(synthetic, PrivacyBudget(1.0),
-                               FairnessSpec("false_negative_rate", 0.1), seed=0)  # fmt: skip
+        get_method("cgoo").fit(
+            synthetic, PrivacyBudget(1.0), FairnessSpec("false_negative_rate", 0.1), seed=0
+        )
     with pytest.raises(ConfigError, match="private"):
         get_method("cgoo").fit(synthetic, None, FairnessSpec("demographic_parity", 0.1), seed=0)
 
@@ -119,8 +128,9 @@ def test_the_runner_reports_cgoo_mixtures_and_alpha_satisfaction(cli, tmp_path):
     }
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
-    code, _, err = cli("run", str(path), "--out", str(tmp_path / "run"), "--workers", "1",
-                       "--quiet")  # fmt: skip
+    code, _, err = cli(
+        "run", str(path), "--out", str(tmp_path / "run"), "--workers", "1", "--quiet"
+    )
     assert code == 0, err
     pareto = pd.read_csv(tmp_path / "run" / "pareto.csv").set_index("knob")
     assert pareto.loc[0.5, "satisfied_fraction"] == 1.0  # a loose alpha always holds

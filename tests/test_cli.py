@@ -135,8 +135,13 @@ def test_list_json(cli):
     code, out, _ = cli("list", "methods", "--json")
     methods = {m["name"]: m for m in json.loads(out)}
     assert code == 0 and methods["raco-dp"] == {
-        "name": "raco-dp", "description": methods["raco-dp"]["description"], "private": True,
-        "knob": "gamma", "sensitive_at_test": False, "reconstructed": None}  # fmt: skip
+        "name": "raco-dp",
+        "description": methods["raco-dp"]["description"],
+        "private": True,
+        "knob": "gamma",
+        "sensitive_at_test": False,
+        "reconstructed": None,
+    }
     assert methods["jagielski-post"]["sensitive_at_test"] and methods["erm"]["knob"] is None
     datasets = json.loads(cli("list", "datasets", "--json")[1])
     assert {"name": "synthetic", "description": datasets[-1]["description"]} in datasets
@@ -150,10 +155,15 @@ def test_data_check_json_is_one_object_per_file(cli, monkeypatch, adult_copy):
     code, out, _ = cli("data", "check", "--json")
     entries = json.loads(out)
     assert code == 1  # a present file does not verify
-    adult = [(e["path"], e["present"], e["sha256_ok"], e["status"]) for e in entries
-             if e["dataset"] == "adult"]  # fmt: skip
-    assert adult == [("adult/adult.data", True, True, "corrupted"),
-                     ("adult/adult.test", True, False, "corrupted")]  # fmt: skip
+    adult = [
+        (e["path"], e["present"], e["sha256_ok"], e["status"])
+        for e in entries
+        if e["dataset"] == "adult"
+    ]
+    assert adult == [
+        ("adult/adult.data", True, True, "corrupted"),
+        ("adult/adult.test", True, False, "corrupted"),
+    ]
     german = [e for e in entries if e["dataset"] == "german"]
     assert [(e["present"], e["status"]) for e in german] == [(False, "missing")]
     assert "fairbench data fetch german" in german[0]["problem"]

@@ -50,8 +50,9 @@ def assert_stratified_and_seeded(name, options):
             assert n_test == round(0.25 * n) and n_val == round(0.15 * (n - n_test))
     again = get_dataset(name, **options).load(seed=5)
     other = get_dataset(name, **options).load(seed=6)
-    for a, b in zip((task.train, task.val, task.test), (again.train, again.val, again.test),
-                    strict=True):  # fmt: skip
+    for a, b in zip(
+        (task.train, task.val, task.test), (again.train, again.val, again.test), strict=True
+    ):
         assert np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)
     assert not np.array_equal(task.test.X, other.test.X)
 
@@ -148,19 +149,38 @@ def _compas_frame():
     for race in ("African-American", "Caucasian"):
         for label in (0, 1):
             for i in range(10):
-                rows.append(dict(race=race, two_year_recid=label, sex=("Male", "Female")[i % 2],
-                                 days_b_screening_arrest=i - 5, score_text="Low"))  # fmt: skip
+                rows.append(
+                    dict(
+                        race=race,
+                        two_year_recid=label,
+                        sex=("Male", "Female")[i % 2],
+                        days_b_screening_arrest=i - 5,
+                        score_text="Low",
+                    )
+                )
     rows += [dict(race="Hispanic", two_year_recid=1, sex="Male")] * 3  # race_bw drops them
-    rows += [dict(race="Caucasian", two_year_recid=1, sex="Male", days_b_screening_arrest=d)
-             for d in (31, -31, None)]  # fmt: skip
+    rows += [
+        dict(race="Caucasian", two_year_recid=1, sex="Male", days_b_screening_arrest=d)
+        for d in (31, -31, None)
+    ]
     rows += [
         dict(race="Caucasian", two_year_recid=0, sex="Male", is_recid=-1),
         dict(race="Caucasian", two_year_recid=0, sex="Male", c_charge_degree="O"),
         dict(race="Caucasian", two_year_recid=0, sex="Male", score_text="N/A"),
     ]
-    defaults = dict(age=30, juv_fel_count=0, juv_misd_count=1, juv_other_count=0,
-                    priors_count=2, days_b_screening_arrest=0, is_recid=0,
-                    c_charge_degree="F", score_text="High", decile_score=7, id=1)  # fmt: skip
+    defaults = dict(
+        age=30,
+        juv_fel_count=0,
+        juv_misd_count=1,
+        juv_other_count=0,
+        priors_count=2,
+        days_b_screening_arrest=0,
+        is_recid=0,
+        c_charge_degree="F",
+        score_text="High",
+        decile_score=7,
+        id=1,
+    )
     frame = pd.DataFrame([{**defaults, **r} for r in rows])
     frame["age"] = 20 + np.arange(len(frame))
     return frame
@@ -196,10 +216,13 @@ def test_compas_on_a_generated_file(tmp_path, monkeypatch):
 
 
 def _german_lines():
-    template = ("A11 6 A34 A43 1169 A65 A75 4 {sex} A101 4 A121 {age} A143 A152 2 A173 1 A192 "
-                "A201 {c}")  # fmt: skip
-    return [template.format(sex=("A93", "A92")[i % 2], age=16 + i, c=1 + (i // 2) % 2)
-            for i in range(40)]  # fmt: skip
+    template = (
+        "A11 6 A34 A43 1169 A65 A75 4 {sex} A101 4 A121 {age} A143 A152 2 A173 1 A192 A201 {c}"
+    )
+    return [
+        template.format(sex=("A93", "A92")[i % 2], age=16 + i, c=1 + (i // 2) % 2)
+        for i in range(40)
+    ]
 
 
 def test_german_on_a_generated_file(tmp_path, monkeypatch):
@@ -233,7 +256,9 @@ def test_german_on_a_generated_file(tmp_path, monkeypatch):
 def test_data_check_lists_both(cli):
     code, out, _ = cli("data", "check")
     assert code == 0
-    rows = {name: next(ln for ln in out.splitlines() if f" {name} " in ln)
-            for name in ("compas", "german")}  # fmt: skip
+    rows = {
+        name: next(ln for ln in out.splitlines() if f" {name} " in ln)
+        for name in ("compas", "german")
+    }
     assert "verified" in rows["compas"] and "5,278" in rows["compas"]
     assert "verified" in rows["german"] and "1,000" in rows["german"] and "57" in rows["german"]

@@ -16,13 +16,21 @@ def random_predictions(n=600, k=2, g=2, seed=0):
     return rng.integers(0, k, n), rng.integers(0, k, n), rng.integers(0, g, n)
 
 
-@pytest.mark.parametrize(("name", "k", "g", "j", "q"), [
-    ("demographic_parity", 2, 2, 4, 2), ("demographic_parity", 3, 5, 15, 5),
-    ("equalized_odds", 2, 2, 8, 4), ("equalized_odds", 3, 4, 36, 12),
-    ("false_negative_rate", 2, 2, 1, 2), ("false_negative_rate", 3, 2, 3, 3),
-    ("false_negative_rate_parity", 2, 2, 4, 4), ("false_negative_rate_parity", 3, 2, 12, 6),
-    ("accuracy_parity", 2, 2, 4, 4), ("accuracy_parity", 3, 4, 8, 12),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "k", "g", "j", "q"),
+    [
+        ("demographic_parity", 2, 2, 4, 2),
+        ("demographic_parity", 3, 5, 15, 5),
+        ("equalized_odds", 2, 2, 8, 4),
+        ("equalized_odds", 3, 4, 36, 12),
+        ("false_negative_rate", 2, 2, 1, 2),
+        ("false_negative_rate", 3, 2, 3, 3),
+        ("false_negative_rate_parity", 2, 2, 4, 4),
+        ("false_negative_rate_parity", 3, 2, 12, 6),
+        ("accuracy_parity", 2, 2, 4, 4),
+        ("accuracy_parity", 3, 4, 8, 12),
+    ],
+)
 def test_builders_have_the_paper_sizes(name, k, g, j, q):
     cs = constraints.build(name, None, k, g, 0.05)
     assert cs.n_constraints == j and cs.n_parts == q
@@ -66,12 +74,17 @@ def declared(**changes):
         "name": "dp_by_hand",
         "partition": "group",
         "constraints": [
-            {"name": "women_vs_men", "terms": [{"parts": [1], "weights": [0, 1]},
-                                               {"parts": [0], "weights": [0, -1]}]},
-            {"name": "men_vs_women", "gamma": 0.5,
-             "terms": [{"parts": [0], "weights": [0, 1]}, {"parts": [1], "weights": [0, -1]}]},
+            {
+                "name": "women_vs_men",
+                "terms": [{"parts": [1], "weights": [0, 1]}, {"parts": [0], "weights": [0, -1]}],
+            },
+            {
+                "name": "men_vs_women",
+                "gamma": 0.5,
+                "terms": [{"parts": [0], "weights": [0, 1]}, {"parts": [1], "weights": [0, -1]}],
+            },
         ],
-    }  # fmt: skip
+    }
     spec.update(changes)
     return spec
 
@@ -87,14 +100,21 @@ def test_a_declared_set_matches_the_builder():
     assert values["women_vs_men"]["gamma"] == 0.05 and values["men_vs_women"]["gamma"] == 0.5
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"partition": "label_x_groups"}, "partition"),
-    ({"constraints": [{"name": "c", "terms": [{"parts": [2], "weights": [0, 1]}]}]},
-     r"part 2 is outside the group partition, whose parts are 0\.\.1"),
-    ({"constraints": [{"name": "c", "terms": [{"parts": [0], "weights": [1, 0, 0]}]}]},
-     "3 weights given, the task has 2 classes"),
-    ({"constraints": [{"name": "c", "terms": []}]}, "terms"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"partition": "label_x_groups"}, "partition"),
+        (
+            {"constraints": [{"name": "c", "terms": [{"parts": [2], "weights": [0, 1]}]}]},
+            r"part 2 is outside the group partition, whose parts are 0\.\.1",
+        ),
+        (
+            {"constraints": [{"name": "c", "terms": [{"parts": [0], "weights": [1, 0, 0]}]}]},
+            "3 weights given, the task has 2 classes",
+        ),
+        ({"constraints": [{"name": "c", "terms": []}]}, "terms"),
+    ],
+)
 def test_ill_formed_declared_sets_are_refused(change, message):
     with pytest.raises((ConfigError, ValueError), match=message):
         constraints.build("x", declared(**change), 2, 2, 0.05)

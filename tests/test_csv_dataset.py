@@ -25,9 +25,20 @@ from tests.conftest import SHARED_DATA
 COMPAS = (SHARED_DATA or Path("/nonexistent")) / "compas" / "compas-scores-two-years.csv"
 needs_compas = pytest.mark.skipif(not COMPAS.is_file(), reason="COMPAS file not present")
 # outcome columns of COMPAS: recorded after the fact, they give the label away
-COMPAS_OUTCOMES = ["is_recid", "is_violent_recid", "r_charge_degree", "r_days_from_arrest",
-                   "vr_charge_degree", "event", "start", "end", "decile_score", "score_text",
-                   "v_decile_score", "v_score_text"]  # fmt: skip
+COMPAS_OUTCOMES = [
+    "is_recid",
+    "is_violent_recid",
+    "r_charge_degree",
+    "r_days_from_arrest",
+    "vr_charge_degree",
+    "event",
+    "start",
+    "end",
+    "decile_score",
+    "score_text",
+    "v_decile_score",
+    "v_score_text",
+]
 
 
 def people(n: int = 400, seed: int = 0) -> pd.DataFrame:
@@ -123,8 +134,10 @@ def test_missing_values_dropped_or_imputed_and_recorded(tmp_path):
     frame.to_csv(path, index=False)
     dropped = adapter(path).load(0)
     record = dropped.provenance.preprocessing
-    assert record["rows_dropped"] == {"label or sensitive value missing": 1,
-                                      "feature value missing (missing: drop)": 23}  # fmt: skip
+    assert record["rows_dropped"] == {
+        "label or sensitive value missing": 1,
+        "feature value missing (missing: drop)": 23,
+    }
     assert record["rows"] == 376 and record["missing_values"] == {"x": 3, "color": 20}
     imputed = adapter(path, missing="impute")
     task = imputed.load(0)
@@ -154,8 +167,11 @@ def test_bounds_scale_each_record_by_public_ranges(tmp_path, table):
     among = bounded_features(pd.concat([strings.iloc[:5], people(seed=1).astype(str)]), declared)
     assert np.array_equal(alone.to_numpy(), among.to_numpy()[:5])
     assert alone.iloc[0].tolist() == [
-        (np.clip(float(strings.x[0]), -2, 2) + 2) / 2 - 1, int(strings["count"][0]) / 5 - 1,
-        float(strings.color[0] == "red"), float(strings.color[0] == "blue")]  # fmt: skip
+        (np.clip(float(strings.x[0]), -2, 2) + 2) / 2 - 1,
+        int(strings["count"][0]) / 5 - 1,
+        float(strings.color[0] == "red"),
+        float(strings.color[0] == "blue"),
+    ]
 
 
 def test_without_bounds_the_run_is_labelled_not_private(table):
@@ -169,8 +185,10 @@ def test_without_bounds_the_run_is_labelled_not_private(table):
 def test_bounds_template_from_names_and_types(table):
     text = bounds_template(table, "outcome", "group")
     data = yaml.safe_load(text)
-    assert data == {"numeric": {"x": [None, None], "count": [None, None]},
-                    "categorical": {"color": []}}  # fmt: skip
+    assert data == {
+        "numeric": {"x": [None, None], "count": [None, None]},
+        "categorical": {"color": []},
+    }
     assert "# not a feature: remark (free text" in text and "NOT PRIVATE" not in text
     filled = bounds_template(table, "outcome", "group", fill_from_data=True)
     assert "WARNING: THE VALUES BELOW WERE FILLED FROM THE DATA ITSELF" in filled
@@ -198,9 +216,16 @@ def test_sha256_pinned_and_checked(table):
 
 
 def test_config_entry_maps_onto_the_adapter(table):
-    config = parse_config({"name": "mine", "seeds": 1, "methods": ["erm"],
-                           "datasets": [{"csv": str(table), "label": "outcome",
-                                         "sensitive": "group", "positive": "yes"}]})  # fmt: skip
+    config = parse_config(
+        {
+            "name": "mine",
+            "seeds": 1,
+            "methods": ["erm"],
+            "datasets": [
+                {"csv": str(table), "label": "outcome", "sensitive": "group", "positive": "yes"}
+            ],
+        }
+    )
     entry = config.datasets[0]
     assert entry.name == "csv" and entry.options["path"] == str(table)
     warnings: list[str] = []
@@ -209,9 +234,16 @@ def test_config_entry_maps_onto_the_adapter(table):
     assert spec.dataset_options["positive"] == "yes"
     assert [w.split(":")[1].strip() for w in warnings] == ["csv people.csv"] * 2
     with pytest.raises(ConfigError, match="one CSV file per config"):
-        parse_config({"name": "two", "methods": ["erm"], "datasets": [
-            {"csv": str(table), "label": "outcome", "sensitive": "group"},
-            {"csv": str(table), "label": "outcome", "sensitive": "group"}]})  # fmt: skip
+        parse_config(
+            {
+                "name": "two",
+                "methods": ["erm"],
+                "datasets": [
+                    {"csv": str(table), "label": "outcome", "sensitive": "group"},
+                    {"csv": str(table), "label": "outcome", "sensitive": "group"},
+                ],
+            }
+        )
 
 
 def test_small_group_is_a_warning_or_with_strict_an_error(tmp_path):
@@ -228,15 +260,18 @@ def test_small_group_is_a_warning_or_with_strict_an_error(tmp_path):
 
 
 def test_card_json(cli, table):
-    code, out, _ = cli("data", "check", "--csv", str(table), "--label", "outcome",
-                       "--sensitive", "group", "--json")  # fmt: skip
+    code, out, _ = cli(
+        "data", "check", "--csv", str(table), "--label", "outcome", "--sensitive", "group", "--json"
+    )
     assert code == 0
     card = json.loads(out)
     frame = people()
     assert card["rows"] == 400 and card["label"]["positive_rows"] == (frame.outcome == "yes").sum()
     sizes = frame["group"].value_counts()
     assert [(g["group"], g["rows"]) for g in card["sensitive"]["groups"]] == [
-        ("a", sizes["a"]), ("b", sizes["b"])]  # fmt: skip
+        ("a", sizes["a"]),
+        ("b", sizes["b"]),
+    ]
     roles = {c["column"]: (c["role"], c["why"]) for c in card["columns"]}
     assert roles["id"] == ("excluded", "id: a distinct integer on every row")
     assert roles["outcome"] == ("label", None) and roles["x"] == ("numeric", None)
@@ -285,32 +320,48 @@ PEOPLE_CSV = people().to_csv(index=False)
 BAD_CSV: dict[str, tuple[Writer, list[str], str]] = {
     "file missing": (lambda tmp: tmp / "nope.csv", [], "csv: no file at {tmp}/nope.csv"),
     "misspelled label column": (
-        frame_of(lambda f: f), ["--label", "outcom"],
-        "label column 'outcom' not found; did you mean 'outcome'?"),
+        frame_of(lambda f: f),
+        ["--label", "outcom"],
+        "label column 'outcom' not found; did you mean 'outcome'?",
+    ),
     "misspelled override column": (
-        frame_of(lambda f: f), ["--numeric", "cuont"],
-        "numeric column 'cuont' not found; did you mean 'count'?"),
+        frame_of(lambda f: f),
+        ["--numeric", "cuont"],
+        "numeric column 'cuont' not found; did you mean 'count'?",
+    ),
     "label with more than two values, no positive": (
-        frame_of(lambda f: f.assign(outcome=np.tile(["lo", "mid", "hi", "top"], 100))), [],
-        "label 'outcome' has 4 value(s) ('hi', 'lo', 'mid', 'top'); a binary label is needed"),
+        frame_of(lambda f: f.assign(outcome=np.tile(["lo", "mid", "hi", "top"], 100))),
+        [],
+        "label 'outcome' has 4 value(s) ('hi', 'lo', 'mid', 'top'); a binary label is needed",
+    ),
     "sensitive column with one group": (
-        frame_of(lambda f: f.assign(group="a")), [],
-        "sensitive column 'group' has one group ('a'); fairness needs at least two"),
+        frame_of(lambda f: f.assign(group="a")),
+        [],
+        "sensitive column 'group' has one group ('a'); fairness needs at least two",
+    ),
     "group under 30 training rows, --strict": (
-        frame_of(_rare), ["--strict"],
-        "group(s) with under 30 training rows: 'rare' (26)"),
+        frame_of(_rare),
+        ["--strict"],
+        "group(s) with under 30 training rows: 'rare' (26)",
+    ),
     "text in a declared numeric column": (
-        frame_of(_text_in_x), ["--numeric", "x"],
-        "column 'x' is declared numeric but line 19 holds 'twelve'"),
+        frame_of(_text_in_x),
+        ["--numeric", "x"],
+        "column 'x' is declared numeric but line 19 holds 'twelve'",
+    ),
     "empty file": (file_of(""), [], "is empty; a CSV file needs a header line and data rows"),
     "header without rows": (file_of("outcome,group,x\n"), [], "has a header but no data rows"),
     "duplicate header": (
-        frame_of(_duplicate), [],
-        "has the header 'x' twice (columns 3 and 4) with different values; rename one"),
+        frame_of(_duplicate),
+        [],
+        "has the header 'x' twice (columns 3 and 4) with different values; rename one",
+    ),
     "wrong delimiter (semicolon file read as comma)": (
-        file_of(PEOPLE_CSV.replace(",", ";")), [],
-        "has one column with delimiter ',', but its header contains ';'"),
-}  # fmt: skip
+        file_of(PEOPLE_CSV.replace(",", ";")),
+        [],
+        "has one column with delimiter ',', but its header contains ';'",
+    ),
+}
 
 
 def snapshot(root: Path) -> dict[Path, tuple[int, int]]:
@@ -319,8 +370,7 @@ def snapshot(root: Path) -> dict[Path, tuple[int, int]]:
 
 def check_args(tmp: Path, case: str) -> list[str]:
     write, extra, _ = BAD_CSV[case]
-    args = ["data", "check", "--csv", str(write(tmp)), "--label", "outcome",
-            "--sensitive", "group"]  # fmt: skip
+    args = ["data", "check", "--csv", str(write(tmp)), "--label", "outcome", "--sensitive", "group"]
     for flag in ("--label", "--sensitive"):
         if flag in extra:
             i = args.index(flag)
@@ -355,8 +405,9 @@ def test_bad_csv_in_a_config_leaves_no_run_directory(cli, tmp_path, case):
         entry["label"] = extra[1]
     entry["strict"] = "--strict" in extra
     config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump({"name": "bad", "datasets": [entry], "seeds": 1,
-                                      "methods": ["erm"]}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump({"name": "bad", "datasets": [entry], "seeds": 1, "methods": ["erm"]})
+    )
     before = snapshot(tmp_path)
     code, _, err = cli("run", str(config), "--out", str(tmp_path / "run"), "--quiet")
     assert code == 2 and err.strip().splitlines()[-1].startswith("error: csv")
@@ -368,8 +419,9 @@ def test_bad_csv_in_a_config_leaves_no_run_directory(cli, tmp_path, case):
 
 @needs_compas
 def test_compas_as_plain_csv():
-    d = get_dataset("csv", path=str(COMPAS), label="two_year_recid", sensitive="race",
-                    missing="impute")  # fmt: skip
+    d = get_dataset(
+        "csv", path=str(COMPAS), label="two_year_recid", sensitive="race", missing="impute"
+    )
     p = d.profile
     excluded = p.roles.excluded
     for col in ("id", "c_case_number"):
@@ -379,15 +431,27 @@ def test_compas_as_plain_csv():
     for col in ("name", "first", "last", "c_charge_desc"):
         assert excluded[col].startswith("free text: ")
     assert p.duplicates == ("decile_score", "priors_count")
-    assert p.group_names == ("African-American", "Caucasian", "Hispanic", "Other", "Asian",
-                             "Native American")  # fmt: skip
+    assert p.group_names == (
+        "African-American",
+        "Caucasian",
+        "Hispanic",
+        "Other",
+        "Asian",
+        "Native American",
+    )
     assert np.bincount(p.s).tolist() == [3696, 2454, 637, 377, 32, 18]
     assert p.label.y.sum() == 3251 and len(p.frame) == 7214
     notices = d.notices()
     assert "excluded 27 column(s) from the features: id (id: a distinct integer" in notices[0]
     assert "'Asian' (20), 'Native American' (12)" in notices[2]
-    merged = get_dataset("csv", path=str(COMPAS), label="two_year_recid", sensitive="race",
-                         missing="impute", other=["Asian", "Native American"]).profile  # fmt: skip
+    merged = get_dataset(
+        "csv",
+        path=str(COMPAS),
+        label="two_year_recid",
+        sensitive="race",
+        missing="impute",
+        other=["Asian", "Native American"],
+    ).profile
     # `other:` joins COMPAS's own "Other" group rather than making a second one
     assert merged.group_names == ("African-American", "Caucasian", "Hispanic", "Other")
     assert np.bincount(merged.s).tolist() == [3696, 2454, 637, 377 + 50]
@@ -396,13 +460,28 @@ def test_compas_as_plain_csv():
 @needs_compas
 def test_compas_run_completes(cli, tmp_path):
     config = tmp_path / "compas.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "compas-csv", "epsilons": [1.0], "seeds": 1,
-        "datasets": [{"csv": str(COMPAS), "label": "two_year_recid", "sensitive": "race",
-                      "missing": "impute", "drop": COMPAS_OUTCOMES}],
-        "methods": [{"name": "erm", "hparams": {"epochs": 1}},
-                    {"name": "dp-sgd", "hparams": {"epochs": 1, "batch_size": 64}}],
-    }))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "compas-csv",
+                "epsilons": [1.0],
+                "seeds": 1,
+                "datasets": [
+                    {
+                        "csv": str(COMPAS),
+                        "label": "two_year_recid",
+                        "sensitive": "race",
+                        "missing": "impute",
+                        "drop": COMPAS_OUTCOMES,
+                    }
+                ],
+                "methods": [
+                    {"name": "erm", "hparams": {"epochs": 1}},
+                    {"name": "dp-sgd", "hparams": {"epochs": 1, "batch_size": 64}},
+                ],
+            }
+        )
+    )
     code, out, err = cli("run", str(config), "--out", str(tmp_path / "run"), "--quiet")
     assert code == 0, err
     assert "2 trials run" in out

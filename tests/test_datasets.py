@@ -148,8 +148,14 @@ def test_synthetic_group_sizes_imbalance_and_dpse_mixtures():
     rare = get_dataset("synthetic", intercept=-3.0).load(seed=0)
     assert rare.train.y.mean() < 0.15  # label imbalance on demand
 
-    mixture = get_dataset("synthetic", task="regression", n_features=1, group_sizes=[2000, 100],
-                          slopes=[-10.0, 10.0], noise=[1.0, 1.0]).load(seed=0)  # fmt: skip
+    mixture = get_dataset(
+        "synthetic",
+        task="regression",
+        n_features=1,
+        group_sizes=[2000, 100],
+        slopes=[-10.0, 10.0],
+        noise=[1.0, 1.0],
+    ).load(seed=0)
     assert mixture.kind == "regression" and mixture.n_classes == 0
     # per-group OLS on the standardised feature recovers opposite slopes
     x, y, s = mixture.train.X[:, 0], mixture.train.y, mixture.train.s
@@ -159,11 +165,14 @@ def test_synthetic_group_sizes_imbalance_and_dpse_mixtures():
     assert residual.std() == pytest.approx(1.0, rel=0.1)
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"slopes": [1.0, 2.0]}, "regression only"),
-    ({"task": "regression", "slopes": [1.0]}, "one value per group"),
-    ({"group_sizes": [100]}, "at least 2 groups"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"slopes": [1.0, 2.0]}, "regression only"),
+        ({"task": "regression", "slopes": [1.0]}, "one value per group"),
+        ({"group_sizes": [100]}, "at least 2 groups"),
+    ],
+)
 def test_synthetic_options_are_validated(options, message):
     with pytest.raises(ConfigError, match=message):
         get_dataset("synthetic", **options)

@@ -21,19 +21,46 @@ from fairbench.privacy import PrivacyBudget
 from tests.conftest import needs_adult
 from tests.test_testing import TINY
 
-METHOD_KEYS = {"kind", "name", "description", "paper", "private", "privacy_notions", "knob",
-               "constraints", "declared_constraints", "ignores_fairness", "models",
-               "reconstructed", "sensitive_at_test", "hyperparameters"}  # fmt: skip
-DATASET_KEYS = {"kind", "name", "description", "version", "status", "problem", "data_root",
-                "files", "card_path", "card", "summary", "options"}  # fmt: skip
+METHOD_KEYS = {
+    "kind",
+    "name",
+    "description",
+    "paper",
+    "private",
+    "privacy_notions",
+    "knob",
+    "constraints",
+    "declared_constraints",
+    "ignores_fairness",
+    "models",
+    "reconstructed",
+    "sensitive_at_test",
+    "hyperparameters",
+}
+DATASET_KEYS = {
+    "kind",
+    "name",
+    "description",
+    "version",
+    "status",
+    "problem",
+    "data_root",
+    "files",
+    "card_path",
+    "card",
+    "summary",
+    "options",
+}
 FIELD_KEYS = {"name", "type", "default", "valid", "meaning"}
 
 
 def test_raco_dp_shows_its_knob_and_every_hyperparameter_with_its_default(cli):
     code, out, err = cli("describe", "raco-dp")
     assert code == 0 and err == ""
-    assert "fairness knob:   gamma in [0, inf): allowed disparity of each rate constraint " \
-           "(larger is looser)" in out  # fmt: skip
+    assert (
+        "fairness knob:   gamma in [0, inf): allowed disparity of each rate constraint "
+        "(larger is looser)" in out
+    )
     assert "Yaghini, Cebere, Menart, Bellet, Papernot (2026)" in out and "ICLR 2026" in out
     assert "privacy notion:  full" in out and "models:          logistic, mlp" in out
     rows = {
@@ -52,8 +79,12 @@ def test_raco_dp_json_has_the_documented_keys_and_the_pydantic_ranges(cli):
     code, out, _ = cli("describe", "raco-dp", "--json")
     card = json.loads(out)
     assert code == 0 and set(card) == METHOD_KEYS and card["kind"] == "method"
-    assert card["knob"] == {"name": "gamma", "range": "[0, inf)", "direction": "looser",
-                            "meaning": "allowed disparity of each rate constraint"}  # fmt: skip
+    assert card["knob"] == {
+        "name": "gamma",
+        "range": "[0, inf)",
+        "direction": "looser",
+        "meaning": "allowed disparity of each rate constraint",
+    }
     rows = {r["name"]: r for r in card["hyperparameters"]}
     assert all(set(r) == FIELD_KEYS for r in rows.values())
     assert rows["batch_size"] == {
@@ -161,10 +192,16 @@ def test_adult_describes_without_its_files(cli, monkeypatch, tmp_path):
     assert code == 0 and set(card) == DATASET_KEYS and card["status"] == "missing"
     assert card["summary"] is None and card["card"]["Licence"] == "CC BY 4.0 (UCI)"
     assert [(f["path"], f["present"], f["sha256_ok"]) for f in card["files"]] == [
-        ("adult/adult.data", False, None), ("adult/adult.test", False, None)]  # fmt: skip
+        ("adult/adult.data", False, None),
+        ("adult/adult.test", False, None),
+    ]
     assert card["files"][0]["expected_sha256"].startswith("5b00264637db")
-    assert [o["name"] for o in card["options"]] == ["n_train", "sensitive", "include_sensitive",
-                                                    "missing"]  # fmt: skip
+    assert [o["name"] for o in card["options"]] == [
+        "n_train",
+        "sensitive",
+        "include_sensitive",
+        "missing",
+    ]
 
 
 @needs_adult
@@ -202,8 +239,9 @@ def test_card_fields_reads_the_key_value_table():
 def test_an_unknown_name_is_one_line_with_a_suggestion(cli):
     code, out, err = cli("describe", "raco")
     assert code == 2 and out == ""
-    assert err.strip() == ("error: no method or dataset named 'raco'; did you mean raco-dp? "
-                           "(see `fairbench list`)")  # fmt: skip
+    assert err.strip() == (
+        "error: no method or dataset named 'raco'; did you mean raco-dp? (see `fairbench list`)"
+    )
     code, _, err = cli("describe", "qqqq")
     assert code == 2 and "known: methods " in err and "datasets " in err and "adult" in err
     code, _, err = cli("describe", "data/patients.csv")
@@ -232,8 +270,10 @@ def test_version(cli):
     for flag in ("--version", "-V"):
         code, out, _ = cli(flag)
         assert code == 0
-        assert out.strip() == (f"fairbench {fairbench.__version__} (torch {torch.__version__}, "
-                               f"python {platform.python_version()})")  # fmt: skip
+        assert out.strip() == (
+            f"fairbench {fairbench.__version__} (torch {torch.__version__}, "
+            f"python {platform.python_version()})"
+        )
 
 
 def _commands():

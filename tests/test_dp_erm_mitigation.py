@@ -36,15 +36,16 @@ def parameters(fitted) -> list[torch.Tensor]:
 @pytest.mark.parametrize("model", ["logistic", "mlp"])
 def test_lambda_zero_is_dp_sgd_bit_for_bit(small, model):
     hp = {**SHARED, "model": model}
-    ours = get_method("dp-erm-mitigation", **hp).fit(small, PrivacyBudget(1.0),
-                                                     FairnessSpec(DP, 0.0), seed=3)  # fmt: skip
+    ours = get_method("dp-erm-mitigation", **hp).fit(
+        small, PrivacyBudget(1.0), FairnessSpec(DP, 0.0), seed=3
+    )
     theirs = get_method("dp-sgd", **hp).fit(small, PrivacyBudget(1.0), FairnessSpec(DP), seed=3)
-    assert all(torch.equal(p, q) for p, q in zip(parameters(ours), parameters(theirs),
-                                                 strict=True))  # fmt: skip
+    assert all(torch.equal(p, q) for p, q in zip(parameters(ours), parameters(theirs), strict=True))
     assert ours.ledger.entries == theirs.ledger.entries  # one Gaussian sum per step, same label
     assert ours.budget == theirs.budget
-    positive = get_method("dp-erm-mitigation", **hp).fit(small, PrivacyBudget(1.0),
-                                                         FairnessSpec(DP, 1.0), seed=3)  # fmt: skip
+    positive = get_method("dp-erm-mitigation", **hp).fit(
+        small, PrivacyBudget(1.0), FairnessSpec(DP, 1.0), seed=3
+    )
     assert not torch.equal(parameters(positive)[0], parameters(ours)[0])
 
 
@@ -169,8 +170,14 @@ class Spy:
 def test_ledger_equals_plan_with_the_count_release_and_noise_has_its_scale(monkeypatch):
     task = get_dataset("synthetic", n_rows=4000).load(seed=0)
     spy = Spy(monkeypatch)
-    hp = {"epochs": 8, "batch_size": 256, "clip_norm": 0.5, "norm_clip": 2.0,
-          "histogram_scale": 12.0, "count_scale": 40.0}  # fmt: skip
+    hp = {
+        "epochs": 8,
+        "batch_size": 256,
+        "clip_norm": 0.5,
+        "norm_clip": 2.0,
+        "histogram_scale": 12.0,
+        "count_scale": 40.0,
+    }
     method = get_method("dp-erm-mitigation", **hp)
     fitted = method.fit(task, PrivacyBudget(2.0), FairnessSpec(DP, 5.0), seed=1)
     info, q, steps = fitted.info, fitted.info["sampling_rate"], fitted.info["steps"]
@@ -202,9 +209,9 @@ def _ledger(*events):
 
 
 def test_calibrate_steps_meets_the_target_with_the_histogram(small):
-    fitted = get_method("dp-erm-mitigation", batch_size=64, calibrate="steps",
-                        noise_multiplier=3.0).fit(small, PrivacyBudget(1.0),
-                                                  FairnessSpec(DP, 1.0), seed=0)  # fmt: skip
+    fitted = get_method(
+        "dp-erm-mitigation", batch_size=64, calibrate="steps", noise_multiplier=3.0
+    ).fit(small, PrivacyBudget(1.0), FairnessSpec(DP, 1.0), seed=0)
     assert fitted.info["noise_multiplier"] == 3.0 and fitted.info["steps"] > 1
     assert fitted.ledger.epsilon(1e-5) <= 1.0
 

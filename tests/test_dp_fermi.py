@@ -101,8 +101,11 @@ def test_clipped_per_sample_gradients_respect_their_bounds():
     clipped = ClippedGradients(model)
     objective = fermi.FermiObjective(y, s, w_rows, ip, 2.0)
     for i in range(40):  # one record at a time: its clipped gradient's norm
-        one = clipped(x[i : i + 1], fermi.FermiObjective(y[i:i+1], s[i:i+1], w_rows[i:i+1],
-                                                        ip[i:i+1], 2.0), 0.5)  # fmt: skip
+        one = clipped(
+            x[i : i + 1],
+            fermi.FermiObjective(y[i : i + 1], s[i : i + 1], w_rows[i : i + 1], ip[i : i + 1], 2.0),
+            0.5,
+        )
         assert math.sqrt(sum((g**2).sum().item() for g in one)) <= 0.5 + 1e-5
     total = clipped(x, objective, 0.5)
     assert math.sqrt(sum((g**2).sum().item() for g in total)) <= 40 * 0.5
@@ -131,8 +134,9 @@ def test_full_notion_accounts_two_releases_per_batch_and_the_counts(task):
     assert info["releases_per_step"] == 2
     assert len(fitted.ledger.entries) == 2  # the steps, and the group counts
     assert fitted.ledger.epsilon(1e-5) <= 2.0
-    steps_only = epsilon(sgd_steps(info["sampling_rate"], info["noise_multiplier"],
-                                   info["steps"], None, 2), 1e-5)  # fmt: skip
+    steps_only = epsilon(
+        sgd_steps(info["sampling_rate"], info["noise_multiplier"], info["steps"], None, 2), 1e-5
+    )
     assert steps_only < fitted.ledger.epsilon(1e-5)  # the counts cost something
     # the marginals were noised: close to, but not exactly, the true shares
     true = np.bincount(task.train.s, minlength=task.n_groups) / len(task.train)
@@ -227,8 +231,14 @@ def test_paper_accounting_without_the_sensitive_notion_is_refused():
 def test_a_random_iterate_is_drawn_within_the_budget_of_noisy_counts(task):
     """With `calibrate: steps` the count release leaves fewer steps; the iterate is drawn
     among those, so no draw overspends (the runner would refuse such a trial)."""
-    method = get_method("dp-fermi", iterate="random", calibrate="steps", noise_multiplier=2.0,
-                        marginal_noise=5.0, batch_size=64)  # fmt: skip
+    method = get_method(
+        "dp-fermi",
+        iterate="random",
+        calibrate="steps",
+        noise_multiplier=2.0,
+        marginal_noise=5.0,
+        batch_size=64,
+    )
     spec = FairnessSpec("demographic_parity", 1.0)
     for seed in range(8):
         fitted = method.fit(task, PrivacyBudget(1.0), spec, seed=seed)

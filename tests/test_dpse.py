@@ -20,8 +20,13 @@ NO_CONSTRAINT = FairnessSpec("bounded_group_loss", None)
 
 @pytest.fixture(scope="module")
 def mixture():
-    return get_dataset("synthetic", task="regression", group_sizes=[3000, 400, 200],
-                       slopes=[1.0, 1.0, 1.0], noise=[0.5, 2.0, 2.0]).load(seed=0)  # fmt: skip
+    return get_dataset(
+        "synthetic",
+        task="regression",
+        group_sizes=[3000, 400, 200],
+        slopes=[1.0, 1.0, 1.0],
+        noise=[0.5, 2.0, 2.0],
+    ).load(seed=0)
 
 
 def total_rho(ledger: PrivacyLedger) -> float:
@@ -73,8 +78,9 @@ def test_a_tiny_budget_falls_back_to_uniform_standard_errors(mixture):
     for label, event, group in method._stage1_plan(budget, k, False):
         plan.record(label, event, group)
     session.submit_plan(plan)
-    se = method.standard_errors(z, mixture.train.y, mixture.train.s, sizes, k, False, budget,
-                                session)  # fmt: skip
+    se = method.standard_errors(
+        z, mixture.train.y, mixture.train.s, sizes, k, False, budget, session
+    )
     assert se == pytest.approx([1 / math.sqrt(k)] * k)
 
 
@@ -107,8 +113,13 @@ def test_regression_learns_the_mixture_and_errors_are_reported_per_group(mixture
 def test_the_bounded_group_loss_constraint_lowers_the_worst_group():
     """Two groups share a slope and outvote the third: the constraint pulls towards it.
     (A wide clip keeps the gradients unbiased, so the pull is visible in 100 rounds.)"""
-    task = get_dataset("synthetic", task="regression", group_sizes=[2000, 1000, 300],
-                       slopes=[1.0, 1.0, -1.0], noise=[0.5, 0.5, 0.5]).load(0)  # fmt: skip
+    task = get_dataset(
+        "synthetic",
+        task="regression",
+        group_sizes=[2000, 1000, 300],
+        slopes=[1.0, 1.0, -1.0],
+        noise=[0.5, 0.5, 0.5],
+    ).load(0)
     worst = []
     for bound in (None, 5.0):
         fitted = get_method("dpnose", steps=100, lagrange=1.0, clip_norm=20.0, lr=0.05).fit(
@@ -120,8 +131,9 @@ def test_the_bounded_group_loss_constraint_lowers_the_worst_group():
 
 def test_binary_classification_runs_with_a_logistic_precursor():
     task = get_dataset("synthetic", n_rows=3000).load(0)
-    fitted = get_method("dpse", steps=50, lr=1.0).fit(task, PrivacyBudget(4.0),
-                                                       NO_CONSTRAINT, seed=0)  # fmt: skip
+    fitted = get_method("dpse", steps=50, lr=1.0).fit(
+        task, PrivacyBudget(4.0), NO_CONSTRAINT, seed=0
+    )
     assert any("logistic precursor" in e.label for e in fitted.ledger.entries)
     assert fitted.ledger.epsilon(1e-5) <= 4.0
     accuracy = (fitted.predict(task.test.X) == task.test.y).mean()
@@ -186,8 +198,14 @@ def test_dpnose_is_standard_dp_gradient_descent_at_the_whole_budget(mixture):
 @pytest.fixture(scope="module")
 def opposed():
     """The paper's Appendix B shape: the majority's slope +1, two minorities' -1, sigma_e 1."""
-    return get_dataset("synthetic", task="regression", group_sizes=[3000, 600, 300],
-                       n_features=3, slopes=[1.0, -1.0, -1.0], noise=[1.0] * 3).load(0)  # fmt: skip
+    return get_dataset(
+        "synthetic",
+        task="regression",
+        group_sizes=[3000, 600, 300],
+        n_features=3,
+        slopes=[1.0, -1.0, -1.0],
+        noise=[1.0] * 3,
+    ).load(0)
 
 
 def _group_mspe(name: str, task, **hparams) -> np.ndarray:
@@ -215,12 +233,27 @@ def test_group_table_reports_the_comparison_and_the_tailoring_change():
     from fairbench.report.groups import group_table
 
     def row(label, losses):
-        return {"dataset": "d", "epsilon": 1.0, "label": label, "task_kind": "regression",
-                "test_group_loss": losses, "group_sizes_train": [100, 10],
-                "group_names": ["a", "b"], "info": {"rho": 0.5}, "knob": None}  # fmt: skip
+        return {
+            "dataset": "d",
+            "epsilon": 1.0,
+            "label": label,
+            "task_kind": "regression",
+            "test_group_loss": losses,
+            "group_sizes_train": [100, 10],
+            "group_names": ["a", "b"],
+            "info": {"rho": 0.5},
+            "knob": None,
+        }
 
-    table = group_table(pd.DataFrame([row("dpnose", [1.0, 4.0]), row("dpse", [1.5, 3.0]),
-                                      row("dpnose-equal-split", [1.2, 3.3])]))  # fmt: skip
+    table = group_table(
+        pd.DataFrame(
+            [
+                row("dpnose", [1.0, 4.0]),
+                row("dpse", [1.5, 3.0]),
+                row("dpnose-equal-split", [1.2, 3.3]),
+            ]
+        )
+    )
     assert table["relative_change"].tolist() == pytest.approx([0.5, -0.25])
     assert table["tailoring_change"].tolist() == pytest.approx([0.25, -1 / 11])
     assert table["mspe_dpse"].tolist() == [1.5, 3.0]
@@ -258,11 +291,15 @@ def test_one_record_moves_each_release_by_at_most_its_clip_bound(mixture, constr
     hp = {"steps": 4, "clip_x": 2.0, "clip_y": 3.0, "clip_norm": 1.5}
     method = get_method("dpse", **hp)
     spec = FairnessSpec("bounded_group_loss", constraint)
-    extreme = Split(np.full((1, mixture.n_features), 50.0, dtype=np.float32),
-                    np.array([1e3]), np.array([2]))  # fmt: skip
+    extreme = Split(
+        np.full((1, mixture.n_features), 50.0, dtype=np.float32), np.array([1e3]), np.array([2])
+    )
     train = mixture.train
-    joined = Split(np.vstack([train.X, extreme.X]), np.concatenate([train.y, extreme.y]),
-                   np.concatenate([train.s, extreme.s]))  # fmt: skip
+    joined = Split(
+        np.vstack([train.X, extreme.X]),
+        np.concatenate([train.y, extreme.y]),
+        np.concatenate([train.s, extreme.s]),
+    )
     bigger = dataclasses.replace(mixture, train=joined)
     first, noisy, fitted = _releases_on(mixture, method, spec)
     second, _, _ = _releases_on(bigger, method, spec, replay=noisy)
@@ -285,8 +322,7 @@ def test_a_singular_design_and_a_nonpositive_residual_sum_each_fall_back(mixture
     k = mixture.n_groups
     uniform = [1 / math.sqrt(k)] * k
     method = get_method("dpse", steps=3)
-    monkeypatch.setattr(session_module, "noisy_symmetric",
-                        lambda noise, m, *args: -np.eye(len(m)))  # fmt: skip
+    monkeypatch.setattr(session_module, "noisy_symmetric", lambda noise, m, *args: -np.eye(len(m)))
     fitted = method.fit(mixture, PrivacyBudget(4.0), NO_CONSTRAINT, seed=0)
     assert fitted.info["standard_errors"] == pytest.approx(uniform)
     monkeypatch.undo()

@@ -29,9 +29,10 @@ def fairlearn_directly(task, bound: float) -> tuple[float, float]:
     from sklearn.linear_model import LogisticRegression
 
     eg = reductions.ExponentiatedGradient(
-        LogisticRegression(max_iter=1000), reductions.DemographicParity(difference_bound=bound),
+        LogisticRegression(max_iter=1000),
+        reductions.DemographicParity(difference_bound=bound),
         eps=bound,
-    )  # fmt: skip
+    )
     eg.fit(task.train.X, task.train.y, sensitive_features=task.train.s)
     p = eg._pmf_predict(task.test.X)[:, 1]
     error = float(np.mean(np.where(task.test.y == 1, 1 - p, p)))
@@ -41,8 +42,12 @@ def fairlearn_directly(task, bound: float) -> tuple[float, float]:
 
 def test_held_out_gap_matches_fairlearn_used_directly(task):
     """Through the runner (exact weighted-mixture evaluation) at difference_bound 0.02."""
-    config = {"name": "eg", "datasets": [{"name": "synthetic", "options": SYNTHETIC}],
-              "methods": [{"name": "fairlearn-eg", "knobs": [0.02]}], "seeds": [0]}  # fmt: skip
+    config = {
+        "name": "eg",
+        "datasets": [{"name": "synthetic", "options": SYNTHETIC}],
+        "methods": [{"name": "fairlearn-eg", "knobs": [0.02]}],
+        "seeds": [0],
+    }
     (spec,) = expand(parse_config(config), warn=lambda _: None)
     row = run_trial(spec)
     error, gap = fairlearn_directly(task, 0.02)

@@ -40,8 +40,7 @@ def test_gradients_match_finite_differences(name):
         h = 1e-4
         up = objective(stats + h * direction, sizes)[0]
         down = objective(stats - h * direction, sizes)[0]
-        assert (up - down) / (2 * h) == pytest.approx((grad * direction).sum(), rel=1e-4,
-                                                      abs=1e-9)  # fmt: skip
+        assert (up - down) / (2 * h) == pytest.approx((grad * direction).sum(), rel=1e-4, abs=1e-9)
 
 
 def test_constraints_at_hard_predictions_equal_the_suites_metrics():

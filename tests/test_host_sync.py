@@ -61,34 +61,70 @@ CASES = [
     ("raco-dp", RACO, FairnessSpec(EO, 0.05), "cls3"),
     ("raco-dp", {**RACO, "dual_rates": "hard", "model": "mlp"}, FairnessSpec(DP, 0.05), "cls"),
     ("dp-fermi", FAST, FairnessSpec(EO, 1.0), "cls3"),
-    ("dp-fermi", {**FAST, "privacy_notion": "sensitive-attribute", "iterate": "random"},
-     FairnessSpec(DP, 1.0), "cls"),
+    (
+        "dp-fermi",
+        {**FAST, "privacy_notion": "sensitive-attribute", "iterate": "random"},
+        FairnessSpec(DP, 1.0),
+        "cls",
+    ),
     ("dp-erm-mitigation", FAST, FairnessSpec(EO, 1.0), "cls3"),
-    ("dp-erm-mitigation", {**FAST, "model": "mlp", "sign_momentum": 0.9}, FairnessSpec(DP, 1.0),
-     "cls"),
+    (
+        "dp-erm-mitigation",
+        {**FAST, "model": "mlp", "sign_momentum": 0.9},
+        FairnessSpec(DP, 1.0),
+        "cls",
+    ),
     ("pf-ld", FAST, FairnessSpec(EO, 0.0), "cls3"),
-    ("pf-ld", {**FAST, "privacy_notion": "sensitive-attribute", "model": "mlp"},
-     FairnessSpec("accuracy_parity", 0.05), "cls"),
+    (
+        "pf-ld",
+        {**FAST, "privacy_notion": "sensitive-attribute", "model": "mlp"},
+        FairnessSpec("accuracy_parity", 0.05),
+        "cls",
+    ),
     ("cgoo", {"batch_size": 64, "iterations": 3}, FairnessSpec(DP, 0.05), "cls"),
-    ("cgoo", {"batch_size": 64, "iterations": 3, "objective": "negative_gmean"},
-     FairnessSpec(EO, 0.05), "cls3"),
-    ("cgoo", {"batch_size": 64, "iterations": 3, "play": "paper", "objective": "balanced_error"},
-     FairnessSpec(BGL, 0.2), "cls3"),
+    (
+        "cgoo",
+        {"batch_size": 64, "iterations": 3, "objective": "negative_gmean"},
+        FairnessSpec(EO, 0.05),
+        "cls3",
+    ),
+    (
+        "cgoo",
+        {"batch_size": 64, "iterations": 3, "play": "paper", "objective": "balanced_error"},
+        FairnessSpec(BGL, 0.2),
+        "cls3",
+    ),
     ("cgoo-nonprivate", {"batch_size": 64, "iterations": 3}, FairnessSpec(DP, 0.05), "cls"),
     ("dpse", {"steps": 5}, FairnessSpec(BGL, 1.5), "reg"),
     ("dpse", {"steps": 5}, FairnessSpec(BGL, 0.5), "cls"),
     ("dpnose", {"steps": 5}, FairnessSpec(BGL, None), "reg"),
     ("dpnose", {"steps": 5, "objective": "group_means"}, FairnessSpec(BGL, None), "cls"),
     ("jagielski-post", FAST, FairnessSpec(EO, 0.05), "cls"),
-    ("jagielski-post", {**FAST, "privacy_notion": "sensitive-attribute", "holdout": 0.2},
-     FairnessSpec(DP, 0.05), "cls3"),
+    (
+        "jagielski-post",
+        {**FAST, "privacy_notion": "sensitive-attribute", "holdout": 0.2},
+        FairnessSpec(DP, 0.05),
+        "cls3",
+    ),
     ("jagielski-oracle", {"batch_size": 64, "iterations": 3}, FairnessSpec(EO, 0.05), "cls3"),
-    ("jagielski-oracle", {"batch_size": 64, "iterations": 3,
-                          "privacy_notion": "sensitive-attribute", "model": "mlp"},
-     FairnessSpec(DP, 0.05), "cls"),
-    ("jagielski-oracle-nonprivate", {"batch_size": 64, "iterations": 3}, FairnessSpec(DP, 0.05),
-     "cls"),
-]  # fmt: skip
+    (
+        "jagielski-oracle",
+        {
+            "batch_size": 64,
+            "iterations": 3,
+            "privacy_notion": "sensitive-attribute",
+            "model": "mlp",
+        },
+        FairnessSpec(DP, 0.05),
+        "cls",
+    ),
+    (
+        "jagielski-oracle-nonprivate",
+        {"batch_size": 64, "iterations": 3},
+        FairnessSpec(DP, 0.05),
+        "cls",
+    ),
+]
 # methods whose training is no torch step loop, and why
 EXEMPT = {
     "fairlearn-eg": "scikit-learn's solver on numpy, on the host by design; only its output "
@@ -162,8 +198,9 @@ def guard(monkeypatch):
     monkeypatch.setattr(PrivacySession, "poisson", drawing(PrivacySession.poisson))
     monkeypatch.setattr(PrivacySession, "shuffled", drawing(PrivacySession.shuffled))
     rounds = stacked.stacked_poisson_batches  # stacked programs draw all trials' batches
-    monkeypatch.setattr(stacked, "stacked_poisson_batches",
-                        lambda *a, **k: guard.wrap(rounds(*a, **k), kind="draw"))  # fmt: skip
+    monkeypatch.setattr(
+        stacked, "stacked_poisson_batches", lambda *a, **k: guard.wrap(rounds(*a, **k), kind="draw")
+    )
 
     def stepping(cls):
         init = cls.__init__
@@ -179,8 +216,9 @@ def guard(monkeypatch):
     stepping(cgoo.Reduction)
     monkeypatch.setattr(cgoo.Game, "move", guard.wrap(cgoo.Game.move))
     for move in ("respond", "audit"):  # the game's moves, once per round each
-        monkeypatch.setattr(jagielski_oracle.Game, move,
-                            guard.wrap(getattr(jagielski_oracle.Game, move)))  # fmt: skip
+        monkeypatch.setattr(
+            jagielski_oracle.Game, move, guard.wrap(getattr(jagielski_oracle.Game, move))
+        )
     monkeypatch.setattr(dpse.DPSE, "_descend", guard.wrap(dpse.DPSE._descend))
     monkeypatch.setattr(dpse.DPSE, "_pooled_descent", guard.wrap(dpse.DPSE._pooled_descent))
     with device_paths():
@@ -197,33 +235,40 @@ def test_every_registered_method_is_guarded_or_exempt_with_a_reason():
     assert not {case[0] for case in CASES} & set(EXEMPT)
 
 
-@pytest.mark.parametrize(("name", "hparams", "fairness", "data"), CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "hparams", "fairness", "data"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_no_step_loop_reads_a_value_on_the_host(guard, tasks, name, hparams, fairness, data):
     fitted = fit(name, hparams, fairness, tasks[data])
     assert guard.entered["step"] > 0  # the loop ran under the guard
     assert guard.entered["draw"] > 0 or name in ("dpse", "dpnose")  # full-batch rounds
     assert fitted.device == torch.device("cpu")
-    assert all(p.device == fitted.device for m in fitted.components or [fitted.model]
-               for p in m.parameters())  # fmt: skip
+    assert all(
+        p.device == fitted.device
+        for m in fitted.components or [fitted.model]
+        for p in m.parameters()
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
-@pytest.mark.parametrize(("name", "hparams", "fairness", "data"), CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "hparams", "fairness", "data"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_no_step_syncs_on_cuda(guard, tasks, name, hparams, fairness, data):
     guard.cuda_sync_check = True  # also torch's own syncs, inside each step (not the draws)
     fitted = fit(name, hparams, fairness, tasks[data], "cuda")
     assert guard.entered["step"] > 0 and fitted.device.type == "cuda"
-    assert all(p.device.type == "cuda" for m in fitted.components or [fitted.model]
-               for p in m.parameters())  # fmt: skip
+    assert all(
+        p.device.type == "cuda" for m in fitted.components or [fitted.model] for p in m.parameters()
+    )
 
 
 def test_exempt_methods_still_return_their_model_on_the_trials_device(tasks):
     pytest.importorskip("fairlearn")
     fitted = fit("fairlearn-eg", {"max_iter": 3}, FairnessSpec(DP, 0.05), tasks["cls"])
-    assert all(p.device == fitted.device for m in fitted.components or [fitted.model]
-               for p in m.buffers())  # fmt: skip
+    assert all(
+        p.device == fitted.device for m in fitted.components or [fitted.model] for p in m.buffers()
+    )
 
 
 def test_the_guard_catches_a_host_read(guard, tasks, monkeypatch):
@@ -242,8 +287,12 @@ def test_the_guard_catches_a_condition_on_a_tensor(guard, tasks, monkeypatch):
 
     monkeypatch.setattr(raco_dp, "rate_contributions", branching)
     with pytest.raises(HostRead, match="__bool__"):
-        fit("raco-dp", {"epochs": 1, "calibrate": "noise", "batch_size": 64},
-            FairnessSpec(DP, 0.05), tasks["cls"])  # fmt: skip
+        fit(
+            "raco-dp",
+            {"epochs": 1, "calibrate": "noise", "batch_size": 64},
+            FairnessSpec(DP, 0.05),
+            tasks["cls"],
+        )
 
 
 # -- Poisson batches: the same draws, a shortfall refused after training -------------------------
@@ -298,8 +347,12 @@ def test_a_histogram_row_above_l1_norm_one_is_refused_after_training(tasks, monk
         # through a method: RaCO-DP with rows of l1 norm 2 is refused by `fit`
         monkeypatch.setattr(raco_dp, "rate_contributions", lambda soft, logits, hard: 2 * soft)
         with pytest.raises(PrivacyContractError, match=r"method raco-dp: .*l1 norm above 1"):
-            fit("raco-dp", {"epochs": 1, "calibrate": "noise", "batch_size": 64},
-                FairnessSpec(DP, 0.05), tasks["cls"])  # fmt: skip
+            fit(
+                "raco-dp",
+                {"epochs": 1, "calibrate": "noise", "batch_size": 64},
+                FairnessSpec(DP, 0.05),
+                tasks["cls"],
+            )
 
 
 def test_device_checks_combine_flags_and_read_them_once():

@@ -84,8 +84,9 @@ class Page(HTMLParser):
             {"pre": self.pre, "h1": self.h1, "li": self.items}[tag].append(text)
 
     def section_tables(self, section: str, first_header: str) -> list[dict]:
-        return [t for t in self.tables if t["section"] == section
-                and t["header"][:1] == [first_header]]  # fmt: skip
+        return [
+            t for t in self.tables if t["section"] == section and t["header"][:1] == [first_header]
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +119,11 @@ def markdown_rows(path: Path, first_header: str) -> list[list[str]]:
 def test_every_figure_written_is_embedded(run_dir, page):
     pngs = sorted((run_dir / "figures").glob("*.png"))
     assert len(pngs) == 2  # the trade-off figure and raco-dp's satisfaction figure
-    embedded = {base64.b64decode(src.removeprefix("data:image/png;base64,")) for src in
-                page.images if src.startswith("data:image/png;base64,")}  # fmt: skip
+    embedded = {
+        base64.b64decode(src.removeprefix("data:image/png;base64,"))
+        for src in page.images
+        if src.startswith("data:image/png;base64,")
+    }
     assert len(page.images) == len(pngs)
     assert embedded == {png.read_bytes() for png in pngs}
 
@@ -136,18 +140,21 @@ def test_it_needs_nothing_outside_the_file(run_dir, page):
 
 
 def test_every_table_is_there_with_the_csvs_rows_and_the_markdowns_numbers(run_dir, page):
-    for section, first, csv, md in (("pareto", "method", "pareto.csv", "pareto.md"),
-                                    ("paired", "method_a", "paired.csv", "paired.md"),
-                                    ("constraints", "method", "constraints.csv",
-                                     "constraints.md")):  # fmt: skip
+    for section, first, csv, md in (
+        ("pareto", "method", "pareto.csv", "pareto.md"),
+        ("paired", "method_a", "paired.csv", "paired.md"),
+        ("constraints", "method", "constraints.csv", "constraints.md"),
+    ):
         tables = page.section_tables(section, first)
         rows = [row for table in tables for row in table["rows"]]
         assert len(rows) == len(pd.read_csv(run_dir / csv)), section
         assert rows == markdown_rows(run_dir / md, first), section
     assert len(pd.read_csv(run_dir / "pareto.csv")) == 1 + 1 + 2  # erm, dp-sgd, raco-dp x 2
     values = page.section_tables("constraints", "constraint")
-    assert [r[0] for t in values for r in t["rows"]][:2] == ["P(ŷ=0|s=0) - P(ŷ=0|s≠0)",
-                                                           "P(ŷ=1|s=0) - P(ŷ=1|s≠0)"]  # fmt: skip
+    assert [r[0] for t in values for r in t["rows"]][:2] == [
+        "P(ŷ=0|s=0) - P(ŷ=0|s≠0)",
+        "P(ŷ=1|s=0) - P(ŷ=1|s≠0)",
+    ]
 
 
 def test_privacy_ledger_summary_holds_the_accountants_numbers(run_dir, page):
@@ -158,8 +165,13 @@ def test_privacy_ledger_summary_holds_the_accountants_numbers(run_dir, page):
     trials = pd.read_csv(run_dir / "trials.csv")
     for label in ("dp-sgd", "raco-dp"):
         spent = trials[trials["label"] == label]["epsilon_spent"]
-        assert rows[label][4:9] == ["4", "1e-05", str(len(spent)), f"{spent.mean():.4f}",
-                                    f"{spent.max():.4f}"]  # fmt: skip
+        assert rows[label][4:9] == [
+            "4",
+            "1e-05",
+            str(len(spent)),
+            f"{spent.mean():.4f}",
+            f"{spent.max():.4f}",
+        ]
     assert "Poisson-sampled Gaussian (rounds 128, q " in rows["dp-sgd"][9]
     assert "Laplace" in rows["raco-dp"][9] and "σ 4" in rows["raco-dp"][9]
     assert rows["erm"][4:] == ["non-private", "", "2", "", "", ""]
@@ -176,8 +188,9 @@ def test_title_config_and_warnings(run_dir, page):
 
 def test_warnings_are_escaped_text():
     empty = pd.DataFrame(columns=SUMMARY_COLUMNS)
-    text = report_html(Path("r"), "t <b>", ["<script>alert(1)</script> & γ"], [], empty, {},
-                       "a: 1", 0)  # fmt: skip
+    text = report_html(
+        Path("r"), "t <b>", ["<script>alert(1)</script> & γ"], [], empty, {}, "a: 1", 0
+    )
     page = Page(text)
     assert "script" not in page.tags and "b" not in page.tags
     assert page.items == ["<script>alert(1)</script> & γ"] and page.h1 == ["t <b>"]
@@ -199,13 +212,21 @@ def test_tex_tables_are_booktabs_and_say_what_the_markdown_says(run_dir, name):
     markdown = (run_dir / f"{name}.md").read_text()
     assert tex == latex_tables(markdown, f"{name}.md") and tex.isascii()
     n_tables = len(re.findall(r"^\|[-:|]+\|$", markdown, flags=re.MULTILINE))
-    for command in (r"\begin{tabular}", r"\end{tabular}", r"\toprule", r"\midrule",
-                    r"\bottomrule", r"\begin{table}", r"\end{table}"):  # fmt: skip
+    for command in (
+        r"\begin{tabular}",
+        r"\end{tabular}",
+        r"\toprule",
+        r"\midrule",
+        r"\bottomrule",
+        r"\begin{table}",
+        r"\end{table}",
+    ):
         assert tex.count(command) == n_tables, command
     body = [line for line in tex.splitlines() if not line.startswith("%")]
     assert not re.search(r"(?<!\\)[_%#]", "\n".join(body))  # escaped, outside comments
-    for spec, rows in re.findall(r"\\begin\{tabular\}\{([lr]+)\}\n(.*?)\\bottomrule", tex,
-                                 flags=re.DOTALL):  # fmt: skip
+    for spec, rows in re.findall(
+        r"\\begin\{tabular\}\{([lr]+)\}\n(.*?)\\bottomrule", tex, flags=re.DOTALL
+    ):
         lines = [ln for ln in rows.splitlines() if ln.endswith(r"\\")]
         assert all(len(re.findall(r"(?<!\\)&", ln)) == len(spec) - 1 for ln in lines)
         assert rows.splitlines()[0] == r"\toprule" and rows.splitlines()[2] == r"\midrule"

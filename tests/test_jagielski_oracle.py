@@ -44,8 +44,10 @@ def large():
 def expected(fitted, split) -> tuple[float, float]:
     """The mixture's exact expected error and equalized-odds gap."""
     y, s, pred, _, weight = decisions(fitted, split)
-    return (metrics.error_rate(y, pred, weight),
-            metrics.equalized_odds_difference(y, pred, s, weight))  # fmt: skip
+    return (
+        metrics.error_rate(y, pred, weight),
+        metrics.equalized_odds_difference(y, pred, s, weight),
+    )
 
 
 def test_weights_and_relabelling_by_hand_on_four_records():
@@ -102,7 +104,8 @@ def test_costs_and_violations_are_fairlearns(constraint):
     values = jo.violations(positives, counts, matrix)
     for (sign, event, group), value in gamma.items():
         assert values[0, "+-".index(sign), events.index(event), group] == pytest.approx(
-            value, abs=1e-6)  # fmt: skip
+            value, abs=1e-6
+        )
 
 
 def test_the_sensitive_part_is_clipped_and_the_parts_sum_to_the_gradient():
@@ -113,13 +116,16 @@ def test_the_sensitive_part_is_clipped_and_the_parts_sum_to_the_gradient():
     full = jo.WeightedCrossEntropy(z, w)
     public = jo.WeightedCrossEntropy(y, torch.full((30,), 0.8))
     part = jo.Difference(full, public)
-    assert torch.allclose(part.logit_grad(logits) + public.logit_grad(logits),
-                          full.logit_grad(logits))  # fmt: skip
+    assert torch.allclose(
+        part.logit_grad(logits) + public.logit_grad(logits), full.logit_grad(logits)
+    )
     clipped = ClippedGradients(LogisticRegression(5, 2))
     for i in range(30):
         own = slice(i, i + 1)
-        one = jo.Difference(jo.WeightedCrossEntropy(z[own], w[own]),
-                            jo.WeightedCrossEntropy(y[own], torch.full((1,), 0.8)))  # fmt: skip
+        one = jo.Difference(
+            jo.WeightedCrossEntropy(z[own], w[own]),
+            jo.WeightedCrossEntropy(y[own], torch.full((1,), 0.8)),
+        )
         norm = math.sqrt(sum(float((g**2).sum()) for g in clipped(x[i : i + 1], one, 0.7)))
         assert norm <= 0.7 + 1e-5
     session = PrivacySession(0, budget=PrivacyBudget(1.0))
@@ -158,7 +164,8 @@ def test_counts_are_noised_at_the_calibrated_scale(task):
     method = get_method("jagielski-oracle", **SMALL)
     noisy = method.fit(task, PrivacyBudget(1.0), FairnessSpec(EO, 0.05), seed=0)
     exact = get_method("jagielski-oracle-nonprivate", **SMALL).fit(
-        task, None, FairnessSpec(EO, 0.05), seed=0)  # fmt: skip
+        task, None, FairnessSpec(EO, 0.05), seed=0
+    )
     truth = np.zeros((task.n_groups, 2))
     np.add.at(truth, (task.train.s, task.train.y), 1.0)
     assert np.array_equal(exact.info["counts"], truth)
@@ -180,8 +187,9 @@ def test_sensitive_attribute_notion_is_labelled_and_accounted_by_substitution(ta
     learner = next(e.event for e in fitted.ledger.entries if e.label == jo.LEARNER)
     assert isinstance(learner.event, SubstitutionSampledDpEvent)
     assert fitted.ledger.epsilon(1e-5) <= 1.0
-    full = get_method("jagielski-oracle", **SMALL).fit(task, PrivacyBudget(1.0),
-                                                       FairnessSpec(EO, 0.05), seed=0)  # fmt: skip
+    full = get_method("jagielski-oracle", **SMALL).fit(
+        task, PrivacyBudget(1.0), FairnessSpec(EO, 0.05), seed=0
+    )
     # no amplification by sampling: the substitution notion needs more noise per step here
     assert fitted.info["noise_multiplier"] > full.info["noise_multiplier"]
 
@@ -194,10 +202,12 @@ def test_an_auditor_beyond_the_budget_is_one_clear_error(task):
 
 @pytest.mark.parametrize(
     ("spec", "hparams", "message"),
-    [(FairnessSpec(EO), {}, "needs gamma values"),
-     (FairnessSpec(EO, 0.0), {}, "explicit `bound`"),
-     (FairnessSpec("bounded_group_loss", 0.1), {}, "supports the constraints")],
-)  # fmt: skip
+    [
+        (FairnessSpec(EO), {}, "needs gamma values"),
+        (FairnessSpec(EO, 0.0), {}, "explicit `bound`"),
+        (FairnessSpec("bounded_group_loss", 0.1), {}, "supports the constraints"),
+    ],
+)
 def test_configuration_errors(task, spec, hparams, message):
     with pytest.raises(ConfigError, match=message):
         get_method("jagielski-oracle", **hparams).fit(task, PrivacyBudget(1.0), spec, seed=0)
@@ -207,14 +217,17 @@ def test_gamma_moves_the_violation_and_beats_dp_sgd(large):
     """The twin: a tight gamma halves the held-out EO gap of a loose one. Private at epsilon 3:
     a lower gap than dp-sgd's at the same budget, at a small price in error."""
     twin = get_method("jagielski-oracle-nonprivate")
-    tight, loose = (expected(twin.fit(large, None, FairnessSpec(EO, g), seed=0), large.test)
-                    for g in (0.01, 0.3))  # fmt: skip
+    tight, loose = (
+        expected(twin.fit(large, None, FairnessSpec(EO, g), seed=0), large.test)
+        for g in (0.01, 0.3)
+    )
     assert tight[1] < 0.6 * loose[1]
     budget = PrivacyBudget(3.0)
     private = get_method("jagielski-oracle").fit(large, budget, FairnessSpec(EO, 0.01), seed=0)
     ours = expected(private, large.test)
-    baseline = expected(get_method("dp-sgd").fit(large, budget, FairnessSpec(EO), seed=0),
-                        large.test)  # fmt: skip
+    baseline = expected(
+        get_method("dp-sgd").fit(large, budget, FairnessSpec(EO), seed=0), large.test
+    )
     assert ours[1] < baseline[1] - 0.03
     assert ours[0] < baseline[0] + 0.015
 

@@ -39,8 +39,7 @@ def rates(counts, constraint, p):
 
 
 # c[yhat, a, y]: group 1's base classifier is much better than group 0's
-COUNTS = np.array([[[400.0, 150.0], [300.0, 20.0]],
-                   [[100.0, 350.0], [40.0, 280.0]]])  # fmt: skip
+COUNTS = np.array([[[400.0, 150.0], [300.0, 20.0]], [[100.0, 350.0], [40.0, 280.0]]])
 
 
 def test_the_program_equalises_the_rates_and_relaxes_with_gamma():
@@ -140,11 +139,20 @@ def test_rejects_what_it_cannot_do(task):
 
 
 def test_rows_and_labels_mark_the_sensitive_attribute_at_test(tmp_path):
-    methods = [{"name": "jagielski-post", "hparams": FAST, "knobs": [0.05]},
-               {"name": "dp-sgd", "hparams": {"epochs": 1}}]  # fmt: skip
-    config = parse_config({"name": "t", "constraint": EO, "epsilons": [1.0], "seeds": 1,
-                           "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
-                           "methods": methods})  # fmt: skip
+    methods = [
+        {"name": "jagielski-post", "hparams": FAST, "knobs": [0.05]},
+        {"name": "dp-sgd", "hparams": {"epochs": 1}},
+    ]
+    config = parse_config(
+        {
+            "name": "t",
+            "constraint": EO,
+            "epsilons": [1.0],
+            "seeds": 1,
+            "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
+            "methods": methods,
+        }
+    )
     specs = expand(config)
     marked = {s.method: s.label for s in specs}
     assert marked == {"jagielski-post": "jagielski-post (A at test)", "dp-sgd": "dp-sgd"}
@@ -171,16 +179,19 @@ def _threshold_optimizer_twin(task, constraint):
             return fitted._softmax(fitted.model, X).argmax(axis=1)
 
     theirs = postprocessing.ThresholdOptimizer(
-        estimator=Base().fit(None, None), constraints=constraint, prefit=True,
-        predict_method="predict", objective="accuracy_score")  # fmt: skip
+        estimator=Base().fit(None, None),
+        constraints=constraint,
+        prefit=True,
+        predict_method="predict",
+        objective="accuracy_score",
+    )
     theirs.fit(task.train.X, task.train.y, sensitive_features=task.train.s)
     test = task.test
 
     def expected(p):
         both = np.r_[np.ones(len(test), int), np.zeros(len(test), int)]
         y, s, w = np.tile(test.y, 2), np.tile(test.s, 2), np.r_[p, 1 - p]
-        return (metrics.error_rate(y, both, w),
-                metrics.VIOLATIONS[constraint](y, both, s, w))  # fmt: skip
+        return (metrics.error_rate(y, both, w), metrics.VIOLATIONS[constraint](y, both, s, w))
 
     ours = expected(fitted.predict_proba(test.X, test.s)[:, 1])
     return ours, expected(theirs._pmf_predict(test.X, sensitive_features=test.s)[:, 1])

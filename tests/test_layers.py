@@ -117,8 +117,11 @@ def test_no_cycle_between_subpackages(modules):
 
 def test_no_cycle_within_a_subpackage(modules):
     for package in sorted({_node(m) for m in modules} - {None}):
-        inner = {m: {t for t in ts if _node(t) == package}
-                 for m, ts in modules.items() if _node(m) == package}  # fmt: skip
+        inner = {
+            m: {t for t in ts if _node(t) == package}
+            for m, ts in modules.items()
+            if _node(m) == package
+        }
         cycle = find_cycle(inner)
         assert cycle is None, f"import cycle within {package}: " + " -> ".join(cycle)
 
@@ -127,8 +130,12 @@ def test_imports_never_go_up_a_layer(modules):
     layer = {name: i for i, names in enumerate(LAYERS) for name in names}
     graph = subpackage_graph(modules)
     assert set(graph) <= set(layer), f"place {sorted(set(graph) - set(layer))} in LAYERS"
-    upward = [f"{a} -> {b}" for a, bs in sorted(graph.items()) for b in sorted(bs)
-              if layer[b] > layer[a] or (a in INDEPENDENT and b in INDEPENDENT)]  # fmt: skip
+    upward = [
+        f"{a} -> {b}"
+        for a, bs in sorted(graph.items())
+        for b in sorted(bs)
+        if layer[b] > layer[a] or (a in INDEPENDENT and b in INDEPENDENT)
+    ]
     assert not upward, "imports against the layers: " + ", ".join(upward)
 
 

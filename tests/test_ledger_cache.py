@@ -98,8 +98,18 @@ def test_parallel_groups_take_the_worst_group_on_hits_too():
 
 
 def spec(method, knob=None, seed=0, **hparams) -> TrialSpec:
-    return TrialSpec("synthetic", {"n_rows": 1200}, method, method, hparams,
-                     "demographic_parity", knob, 1.0, DELTA, seed)  # fmt: skip
+    return TrialSpec(
+        "synthetic",
+        {"n_rows": 1200},
+        method,
+        method,
+        hparams,
+        "demographic_parity",
+        knob,
+        1.0,
+        DELTA,
+        seed,
+    )
 
 
 @pytest.mark.parametrize(
@@ -150,10 +160,15 @@ def task():
 
 @pytest.mark.parametrize(
     "method, knob, hparams",
-    [("dp-sgd", None, {"epochs": 1}), ("raco-dp", 0.05, {"epochs": 1, "batch_size": 64}),
-     ("dp-fermi", 1.0, {"epochs": 1}), ("cgoo", 0.05, {"iterations": 3, "epochs": 0.5}),
-     ("dpnose", 0.3, {}), ("dpse", 0.3, {})],
-)  # fmt: skip
+    [
+        ("dp-sgd", None, {"epochs": 1}),
+        ("raco-dp", 0.05, {"epochs": 1, "batch_size": 64}),
+        ("dp-fermi", 1.0, {"epochs": 1}),
+        ("cgoo", 0.05, {"iterations": 3, "epochs": 0.5}),
+        ("dpnose", 0.3, {}),
+        ("dpse", 0.3, {}),
+    ],
+)
 def test_session_ledgers_are_their_own_normal_form(task, method, knob, hparams):
     """What the module docstring promises: the normal form is how the sessions of the
     built-in methods write their ledgers (so the cache reports what `PrivacyLedger.epsilon`
@@ -161,8 +176,9 @@ def test_session_ledgers_are_their_own_normal_form(task, method, knob, hparams):
     constraint = "bounded_group_loss" if method in ("dpse", "dpnose") else "demographic_parity"
     budget = PrivacyBudget(1.0, DELTA)
     session = PrivacySession(0, "cpu", budget)
-    get_method(method, **hparams).fit(task, budget, FairnessSpec(constraint, knob), 0,
-                                      session=session)  # fmt: skip
+    get_method(method, **hparams).fit(
+        task, budget, FairnessSpec(constraint, knob), 0, session=session
+    )
     written = session.ledger()
     normal = ledger_cache.normal_form(written)
     same = [(e.group, e.event) for e in normal.entries] == [

@@ -41,9 +41,10 @@ SLOW = {
     "name": "slow",
     "datasets": [{"name": "synthetic", "options": {"n_rows": 4000}}],
     "seeds": 1,
-    "methods": [{"name": "erm", "hparams": {"epochs": 150},
-                 "sweep": {"lr": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}}],
-}  # fmt: skip
+    "methods": [
+        {"name": "erm", "hparams": {"epochs": 150}, "sweep": {"lr": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}}
+    ],
+}
 SLOW_TRIALS = 6
 
 
@@ -102,10 +103,14 @@ def start_slow_run(tmp_path: Path, out: Path, *options: str) -> subprocess.Popen
     """`fairbench run SLOW --workers 2` in its own session, returned once it stored a trial
     and its two workers are running (so that trials are in flight)."""
     config = write_config(tmp_path, SLOW)
-    proc = subprocess.Popen(fairbench("run", config, "--out", str(out), "--workers", "2",
-                                      *options),
-                            env=env(), start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        fairbench("run", config, "--out", str(out), "--workers", "2", *options),
+        env=env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None:
         if stored(out) and len(workers_of(proc.pid)) == 2:
@@ -125,8 +130,13 @@ def gone_within(pids: list[int], seconds: float) -> list[int]:
 
 
 def resume_to_completion(out: Path) -> None:
-    done = subprocess.run(fairbench("run", "--resume", str(out), "--workers", "1", "--quiet"),
-                          env=env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        fairbench("run", "--resume", str(out), "--workers", "1", "--quiet"),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     expected = {s.trial_id for s in expand(parse_config(SLOW), warn=lambda _: None)}
     assert stored(out) == dict.fromkeys(expected, "done")
@@ -169,18 +179,27 @@ def test_a_second_run_on_a_held_directory_is_refused_naming_the_holder(cli, tmp_
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from fairbench.rundir.lock import run_lock\n"
-         "with run_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(120)",
-         str(out)], env=env(), stdout=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; "
+            "from fairbench.rundir.lock import run_lock\n"
+            "with run_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(120)",
+            str(out),
+        ],
+        env=env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         for args in (("run", config, "--out", str(out)), ("run", "--resume", str(out))):
             code, _, err = cli(*args, "--workers", "1", "--quiet")
             lines = err.strip().splitlines()
             assert code == 2 and len(lines) == 1, err
-            assert lines[0].startswith(f"error: {out} is in use by fairbench process "
-                                       f"{holder.pid} (started ")  # fmt: skip
+            assert lines[0].startswith(
+                f"error: {out} is in use by fairbench process {holder.pid} (started "
+            )
             assert f"wait for it to finish, or stop it (kill {holder.pid})" in lines[0]
         assert {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != LOCK_FILE} == (
             before
@@ -232,9 +251,13 @@ def test_ctrl_c_stores_whole_trials_stops_every_worker_and_resumes(tmp_path):
 def test_sigterm_abandons_the_trial_running_in_process_and_exits_143(tmp_path):
     out = tmp_path / "run"
     config = write_config(tmp_path, SLOW)
-    proc = subprocess.Popen(fairbench("run", config, "--out", str(out), "--workers", "1"),
-                            env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        fairbench("run", config, "--out", str(out), "--workers", "1"),
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None and not stored(out):
         time.sleep(0.1)
@@ -270,14 +293,21 @@ def test_an_orphaned_worker_notices_without_prctl(tmp_path):
     when the middle process exits, not when the orphan does: without the watcher the orphan
     is still running here.)"""
     middle = subprocess.run(
-        [sys.executable, "-c", "import subprocess, sys\n"
-         "child = subprocess.Popen([sys.executable, '-c', 'import os, time; "
-         "from fairbench.runner.lifeline import watch_parent; "
-         "watch_parent(os.getppid(), 0.1); print(1, flush=True); time.sleep(60)'], "
-         "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)\n"
-         "child.stdout.readline(); print(child.pid)"],
-        env=env(), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import os, time; "
+            "from fairbench.runner.lifeline import watch_parent; "
+            "watch_parent(os.getppid(), 0.1); print(1, flush=True); time.sleep(60)'], "
+            "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)\n"
+            "child.stdout.readline(); print(child.pid)",
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     orphan = int(middle.stdout.strip())
     assert gone_within([orphan], 5) == []
 
@@ -290,16 +320,29 @@ def test_tune_names_its_own_resume_command(cli, tmp_path, monkeypatch):
 
     monkeypatch.setattr(tune, "execute", interrupted)
     config = tmp_path / "tune.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "t", "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
-        "epsilons": [3.0], "targets": [0.1], "budget": 2, "search_seeds": [100],
-        "final_seeds": list(range(10)), "methods": [{"name": "dp-sgd", "hparams": {"epochs": 1},
-                                         "space": {"lr": [0.1, 0.5]}}]}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
+                "epsilons": [3.0],
+                "targets": [0.1],
+                "budget": 2,
+                "search_seeds": [100],
+                "final_seeds": list(range(10)),
+                "methods": [
+                    {"name": "dp-sgd", "hparams": {"epochs": 1}, "space": {"lr": [0.1, 0.5]}}
+                ],
+            }
+        )
+    )
     out = tmp_path / "out"
     code, _, err = cli("tune", str(config), "--out", str(out), "--quiet")
     assert code == 130, err
-    assert err.strip() == f"interrupted: 3/12 trials stored; resume with: fairbench tune " \
-                          f"{config} --out {out}"  # fmt: skip
+    assert (
+        err.strip() == f"interrupted: 3/12 trials stored; resume with: fairbench tune "
+        f"{config} --out {out}"
+    )
     assert not (out / LOCK_FILE).exists()
 
 
@@ -309,8 +352,16 @@ def test_tune_names_its_own_resume_command(cli, tmp_path, monkeypatch):
 def test_plain_progress_is_rate_limited_with_exact_numbers(capsys):
     now = [100.0]
     progress = PlainProgress(8, interval=10, clock=lambda: now[0])
-    for t, failed in [(1, False), (5, True), (11, False), (12, False), (25, False),
-                      (26, False), (27, False), (30, False)]:  # fmt: skip
+    for t, failed in [
+        (1, False),
+        (5, True),
+        (11, False),
+        (12, False),
+        (25, False),
+        (26, False),
+        (27, False),
+        (30, False),
+    ]:
         now[0] = 100.0 + t
         progress.advance(failed)
     progress.finish()
@@ -319,8 +370,13 @@ def test_plain_progress_is_rate_limited_with_exact_numbers(capsys):
         "trials 5/8 (62%) elapsed 25s eta 15s, 1 failed",  # next 10 s after that one
         "trials 8/8 (100%) elapsed 30s eta 0s, 1 failed",  # the end, always
     ]
-    assert [duration(s) for s in (0, 59.4, 72, 3599, 3725)] == ["0s", "59s", "1m12s",
-                                                                "59m59s", "1h02m"]  # fmt: skip
+    assert [duration(s) for s in (0, 59.4, 72, 3599, 3725)] == [
+        "0s",
+        "59s",
+        "1m12s",
+        "59m59s",
+        "1h02m",
+    ]
 
 
 def test_a_run_off_a_terminal_prints_plain_progress_lines(cli, tmp_path, monkeypatch):

@@ -24,14 +24,20 @@ TUNE = {
     "search_seeds": [100],
     "final_seeds": list(range(10)),
     "methods": [
-        {"name": "raco-dp", "hparams": {**FAST, "calibrate": "noise"},
-         "space": {"lr": {"log": [0.2, 1.0]}, "knob": [0.02, 0.2]}},
+        {
+            "name": "raco-dp",
+            "hparams": {**FAST, "calibrate": "noise"},
+            "space": {"lr": {"log": [0.2, 1.0]}, "knob": [0.02, 0.2]},
+        },
         {"name": "jagielski-post", "hparams": FAST, "space": {"knob": [0.0, 0.05]}},
-        {"name": "jagielski-post", "label": "jagielski-post (A-only)",
-         "hparams": {**FAST, "privacy_notion": "sensitive-attribute"},
-         "space": {"knob": [0.0, 0.05]}},
+        {
+            "name": "jagielski-post",
+            "label": "jagielski-post (A-only)",
+            "hparams": {**FAST, "privacy_notion": "sensitive-attribute"},
+            "space": {"knob": [0.0, 0.05]},
+        },
     ],
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +51,14 @@ def built(tmp_path_factory):
         patch.setattr("fairbench.workflows.tune.write_report", lambda run_dir: None)
         patch.setattr("fairbench.privacy.ledger_cache.check_ledger", lambda *args: {})
         try:
-            _, failures = run_tune(TuneConfig.model_validate(TUNE), root / "tune", workers=1,
-                                   quiet=True, charge=False, warn=lambda _: None)  # fmt: skip
+            _, failures = run_tune(
+                TuneConfig.model_validate(TUNE),
+                root / "tune",
+                workers=1,
+                quiet=True,
+                charge=False,
+                warn=lambda _: None,
+            )
         finally:
             ledger_cache.cache_clear()
     assert failures == []
@@ -88,23 +100,36 @@ def test_dominance_is_the_paired_interval_of_the_final_trials(built):
         diff = (a - b).to_numpy()
         half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / np.sqrt(len(diff))
         assert r.difference == pytest.approx(diff.mean()) and r.ci95 == pytest.approx(half)
-        expected = ("dominates" if diff.mean() + half < 0 and r.violation_seed <=
-                    r.violation_other else "worse" if diff.mean() - half > 0 else "no")  # fmt: skip
+        expected = (
+            "dominates"
+            if diff.mean() + half < 0 and r.violation_seed <= r.violation_other
+            else "worse"
+            if diff.mean() - half > 0
+            else "no"
+        )
         assert r.dominates == expected
 
 
 def test_published_points_are_matched_at_the_loosest_target_within_their_violation():
-    rows = pd.DataFrame({
-        "dataset": ["adult"] * 5, "constraint": ["equalized_odds"] * 5,
-        "privacy_notion": ["sensitive-attribute"] * 3 + ["full", "full"], "epsilon": [1.0] * 5,
-        "method": ["pf-ld"] * 4 + ["dp-sgd"], "tau": [0.1, 0.05, 0.02, 0.05, 0.05],
-        "selection_rule": ["within_tau"] * 4 + ["error_only"],
-        "test_error_mean": [0.15, 0.16, 0.18, 0.5, 0.14],
-        "violation_mean": [0.08, 0.04, 0.015, 0.0, 0.1],
-    })  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "dataset": ["adult"] * 5,
+            "constraint": ["equalized_odds"] * 5,
+            "privacy_notion": ["sensitive-attribute"] * 3 + ["full", "full"],
+            "epsilon": [1.0] * 5,
+            "method": ["pf-ld"] * 4 + ["dp-sgd"],
+            "tau": [0.1, 0.05, 0.02, 0.05, 0.05],
+            "selection_rule": ["within_tau"] * 4 + ["error_only"],
+            "test_error_mean": [0.15, 0.16, 0.18, 0.5, 0.14],
+            "violation_mean": [0.08, 0.04, 0.015, 0.0, 0.1],
+        }
+    )
     points = published_points()
-    mine = points[(points["method"] == "PFLD") & (points["experiment"] == "equalized_odds")
-                  & (points["epsilon"] == 1.0)]  # fmt: skip
+    mine = points[
+        (points["method"] == "PFLD")
+        & (points["experiment"] == "equalized_odds")
+        & (points["epsilon"] == 1.0)
+    ]
     table = matched(rows, mine)
     assert set(table["method"]) == {"pf-ld"}  # an unconstrained reference is never matched
     same = table[table["our_notion"] == "sensitive-attribute"]
@@ -121,16 +146,23 @@ def test_published_points_are_matched_at_the_loosest_target_within_their_violati
 
 
 def test_dominance_verdicts_on_a_hand_made_table():
-    rows = pd.DataFrame({
-        "dataset": ["d"] * 3, "privacy_notion": ["full"] * 3, "epsilon": [1.0] * 3,
-        "tau": [0.05] * 3, "method": ["raco-dp", "pf-ld", "jagielski-oracle"],
-        "selection_rule": ["within_tau"] * 3, "test_error_mean": [0.2, 0.3, 0.2],
-        "violation_mean": [0.01, 0.02, 0.01],
-    })  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "dataset": ["d"] * 3,
+            "privacy_notion": ["full"] * 3,
+            "epsilon": [1.0] * 3,
+            "tau": [0.05] * 3,
+            "method": ["raco-dp", "pf-ld", "jagielski-oracle"],
+            "selection_rule": ["within_tau"] * 3,
+            "test_error_mean": [0.2, 0.3, 0.2],
+            "violation_mean": [0.01, 0.02, 0.01],
+        }
+    )
     seeds = pd.Series(range(5))
-    errors = {("d", 0.05, "raco-dp", 1.0): pd.Series([0.2, 0.21, 0.19, 0.2, 0.2], seeds),
-              ("d", 0.05, "pf-ld", 1.0): pd.Series([0.3, 0.31, 0.29, 0.3, 0.3], seeds),
-              ("d", 0.05, "jagielski-oracle", 1.0): pd.Series([0.2, 0.2, 0.2, 0.21, 0.19],
-                                                              seeds)}  # fmt: skip
+    errors = {
+        ("d", 0.05, "raco-dp", 1.0): pd.Series([0.2, 0.21, 0.19, 0.2, 0.2], seeds),
+        ("d", 0.05, "pf-ld", 1.0): pd.Series([0.3, 0.31, 0.29, 0.3, 0.3], seeds),
+        ("d", 0.05, "jagielski-oracle", 1.0): pd.Series([0.2, 0.2, 0.2, 0.21, 0.19], seeds),
+    }
     verdict = dominance(rows, errors).set_index("other")["dominates"]
     assert verdict["pf-ld"] == "dominates" and verdict["jagielski-oracle"] == "no"

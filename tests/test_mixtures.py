@@ -78,8 +78,9 @@ def test_weighted_mixtures_are_evaluated_exactly(split):
     expected group rates."""
     parts = [threshold_model(0, 1.0), threshold_model(1, 1.0), threshold_model(0, -1.0)]
     w = np.array([0.7, 0.25, 0.05])
-    mixture = Fitted(parts[-1], torch.device("cpu"), PrivacyLedger(), components=parts,
-                     weights=w.tolist())  # fmt: skip
+    mixture = Fitted(
+        parts[-1], torch.device("cpu"), PrivacyLedger(), components=parts, weights=w.tolist()
+    )
     each = [Fitted(m, torch.device("cpu"), PrivacyLedger()).predict(split.X) for m in parts]
     y, s, pred, _, weight = decisions(mixture, split)
     assert weight is not None and len(weight) == len(y) == 3 * len(split)

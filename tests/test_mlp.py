@@ -59,8 +59,9 @@ def expected_event(method: str, row: TrialRow) -> dp_event.DpEvent | None:
         return dp_event.ComposedDpEvent([sgd_steps(q, sigma, b["steps"], None, 2), counts])
     if method == "pf-ld":  # the Lagrangian sum and the dual histogram per step, the counts
         counts = dp_event.LaplaceDpEvent(b["noise"]["count"])
-        return dp_event.ComposedDpEvent([sgd_steps(q, sigma, b["steps"], info["laplace_scale"]),
-                                         counts])  # fmt: skip
+        return dp_event.ComposedDpEvent(
+            [sgd_steps(q, sigma, b["steps"], info["laplace_scale"]), counts]
+        )
     counts = dp_event.GaussianDpEvent(b["noise"]["count"])  # cgoo
     return dp_event.ComposedDpEvent(
         [dp_event.SelfComposedDpEvent(counts, info["iterations"]), sgd_steps(q, sigma, b["steps"])]
@@ -132,10 +133,18 @@ def linear_widths(model: nn.Module) -> list[tuple[int, int]]:
 def test_mlp_path_trains_and_its_epsilon_is_the_accountants(method, spy):
     extra, knob, _ = METHODS[method]
     private = get_method(method).private
-    spec = TrialSpec(dataset="synthetic", dataset_options=OPTIONS, method=method,
-                     label=method, hparams={"model": "mlp", "hidden": WIDTH, **extra},
-                     constraint="demographic_parity", knob=knob,
-                     epsilon=TARGET if private else None, delta=DELTA, seed=0)  # fmt: skip
+    spec = TrialSpec(
+        dataset="synthetic",
+        dataset_options=OPTIONS,
+        method=method,
+        label=method,
+        hparams={"model": "mlp", "hidden": WIDTH, **extra},
+        constraint="demographic_parity",
+        knob=knob,
+        epsilon=TARGET if private else None,
+        delta=DELTA,
+        seed=0,
+    )
     row = run_trial(spec)
     task = trial.load_task(spec)
 

@@ -17,8 +17,10 @@ needs_data = pytest.mark.skipif(SHARED_DATA is None, reason="real data files not
 
 
 def all_rows(task):
-    return (np.concatenate([p.y for p in (task.train, task.val, task.test)]),
-            np.concatenate([p.s for p in (task.train, task.val, task.test)]))  # fmt: skip
+    return (
+        np.concatenate([p.y for p in (task.train, task.val, task.test)]),
+        np.concatenate([p.s for p in (task.train, task.val, task.test)]),
+    )
 
 
 def test_adapters_register():
@@ -121,10 +123,19 @@ def test_a_group_empty_in_a_split_is_refused():
     s[0] = 1  # one member: it cannot be in all three parts
     with pytest.raises(DataError, match=r"group 'b' has no rows in the .* split"):
         build_task(
-            name="toy", version="1", numeric=frame, categorical=pd.DataFrame(index=frame.index),
-            y=np.arange(40) % 2, s=s, label_names=("n", "p"), group_names=("a", "b"),
-            sensitive_name="g", seed=0, sha256={}, preprocessing={},
-        )  # fmt: skip
+            name="toy",
+            version="1",
+            numeric=frame,
+            categorical=pd.DataFrame(index=frame.index),
+            y=np.arange(40) % 2,
+            s=s,
+            label_names=("n", "p"),
+            group_names=("a", "b"),
+            sensitive_name="g",
+            seed=0,
+            sha256={},
+            preprocessing={},
+        )
 
 
 def test_landing_page_sources_say_where_to_get_the_file(tmp_path):

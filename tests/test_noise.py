@@ -152,5 +152,6 @@ def test_secure_laplace_is_on_the_grid_with_the_l1_inflated_scale():
 
 def test_secure_noise_refuses_sums_too_long_for_its_error_bound():
     with pytest.raises(ConfigError, match="secure_noise"):
-        SecureNoise().gaussian(torch.zeros(3, dtype=torch.float64), 1.0, 1.0,
-                               MAX_SECURE_RECORDS + 1)  # fmt: skip
+        SecureNoise().gaussian(
+            torch.zeros(3, dtype=torch.float64), 1.0, 1.0, MAX_SECURE_RECORDS + 1
+        )

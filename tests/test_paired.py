@@ -19,26 +19,48 @@ def trials(points: dict[str, list[tuple[float, float, float]]], seeds=10) -> pd.
         for knob, violation, error in configs:
             for seed in range(seeds):
                 e = error + split[seed] + rng.normal(0, 0.001)
-                rows.append({"dataset": "d", "constraint": "demographic_parity",
-                             "privacy_notion": "full", "epsilon": 1.0, "delta": 1e-5,
-                             "method": label, "label": label, "config_id": "c", "knob": knob,
-                             "knob_name": "gamma", "seed": seed, "test_error": e,
-                             "val_error": e, "test_violation": violation,
-                             "val_violation": violation, "epsilon_spent": 1.0,
-                             "wall_seconds": 1.0, "test_satisfied": np.nan,
-                             "test_excess": np.nan, "knob_values": f"{knob:g}",
-                             "model": "logistic", "steps": 100, "epochs": 1.0,
-                             "batch_size": 64.0, "noise_multiplier": 1.0,
-                             "noise": "gradient 1", "calibrated": "noise_multiplier",
-                             "calibration_at_bound": False})  # fmt: skip
+                rows.append(
+                    {
+                        "dataset": "d",
+                        "constraint": "demographic_parity",
+                        "privacy_notion": "full",
+                        "epsilon": 1.0,
+                        "delta": 1e-5,
+                        "method": label,
+                        "label": label,
+                        "config_id": "c",
+                        "knob": knob,
+                        "knob_name": "gamma",
+                        "seed": seed,
+                        "test_error": e,
+                        "val_error": e,
+                        "test_violation": violation,
+                        "val_violation": violation,
+                        "epsilon_spent": 1.0,
+                        "wall_seconds": 1.0,
+                        "test_satisfied": np.nan,
+                        "test_excess": np.nan,
+                        "knob_values": f"{knob:g}",
+                        "model": "logistic",
+                        "steps": 100,
+                        "epochs": 1.0,
+                        "batch_size": 64.0,
+                        "noise_multiplier": 1.0,
+                        "noise": "gradient 1",
+                        "calibrated": "noise_multiplier",
+                        "calibration_at_bound": False,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
-FRAME = trials({
-    "a": [(0.02, 0.02, 0.170), (0.05, 0.05, 0.160)],
-    "b": [(0.02, 0.04, 0.175), (0.10, 0.09, 0.150)],
-    "c": [(0.02, 0.05, 0.1601)],
-})  # fmt: skip
+FRAME = trials(
+    {
+        "a": [(0.02, 0.02, 0.170), (0.05, 0.05, 0.160)],
+        "b": [(0.02, 0.04, 0.175), (0.10, 0.09, 0.150)],
+        "c": [(0.02, 0.05, 0.1601)],
+    }
+)
 
 
 def test_each_method_is_chosen_on_validation_within_the_level():

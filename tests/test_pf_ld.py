@@ -34,8 +34,11 @@ def task():
 def tiny(task, n=12, features=None, seed=0):
     """The first n training records (their features replaced by random ones, if given)."""
     t = task.train
-    x = t.X[:n] if features is None else np.random.default_rng(seed).normal(
-        size=(n, features)).astype(np.float32)  # fmt: skip
+    x = (
+        t.X[:n]
+        if features is None
+        else np.random.default_rng(seed).normal(size=(n, features)).astype(np.float32)
+    )
     return replace(task, train=Split(x, t.y[:n], t.s[:n]))
 
 
@@ -74,8 +77,9 @@ def one_step(method, task, constraint, session, *, lam, alpha=0.0, counts=None, 
         session.submit_plan(method.plan(schedule, data.n))
     build = method._sensitive_step if method.sensitive else method._full_step
     extra = (stack, [model]) if method.sensitive else (stack,)
-    step = build(*extra, data, layout, (cell, cell * layout.n_groups + s), dual, schedule,
-                 [session])  # fmt: skip
+    step = build(
+        *extra, data, layout, (cell, cell * layout.n_groups + s), dual, schedule, [session]
+    )
     step(poisson_rounds([session], data.n, 1.0)())
     return before, [p.detach().clone() for p in model.parameters()]
 
@@ -146,10 +150,12 @@ def test_full_notion_releases_the_clipped_sum_of_hand_computed_v_i(task, constra
     layout = Layout.of(constraint, small)
     lam = torch.rand((layout.n_cells, layout.n_groups), generator=torch.Generator().manual_seed(1))
     counts = torch.tensor([[3.5, 8.2], [2.7, 6.1]])[: layout.n_cells]
-    before, after = one_step(method, small, constraint, PrivacySession(0), lam=lam,
-                             counts=counts[None])  # fmt: skip
-    group_w, shared_w = hand_weights(small, constraint, probabilities(before, small), lam,
-                                     counts, 0.0)  # fmt: skip
+    before, after = one_step(
+        method, small, constraint, PrivacySession(0), lam=lam, counts=counts[None]
+    )
+    group_w, shared_w = hand_weights(
+        small, constraint, probabilities(before, small), lam, counts, 0.0
+    )
     v = per_record_gradients(before, small, constraint, group_w + shared_w)
     assert (v.flatten(1).norm(dim=1) > 0.5).any()  # the clip binds for some records
     expected = clipped(v, 0.5).sum(0) * (-0.3 / len(v))
@@ -162,8 +168,9 @@ def test_sensitive_notion_clips_only_the_group_part(task, constraint):
     """Under the sensitive-attribute notion the loss gradient and the cell-shared constraint
     term are summed exactly (unclipped); only the term that reads a_i is clipped."""
     small = tiny(task)
-    method = get_method("pf-ld", batch_size=64, clip_norm=0.05, lr=0.3,
-                        privacy_notion="sensitive-attribute")  # fmt: skip
+    method = get_method(
+        "pf-ld", batch_size=64, clip_norm=0.05, lr=0.3, privacy_notion="sensitive-attribute"
+    )
     layout = Layout.of(constraint, small)
     shape = (layout.n_cells, layout.n_groups)
     lam = torch.full(shape, 2.0)
@@ -185,8 +192,9 @@ def test_private_step_adds_gaussian_noise_of_sigma_times_the_clip(task):
     method = get_method("pf-ld", batch_size=64, clip_norm=0.7, lr=1.0)
     lam = torch.zeros(1, 2)
     exact = one_step(method, wide, "demographic_parity", PrivacySession(3), lam=lam)[1]
-    noisy = one_step(method, wide, "demographic_parity",
-                     PrivacySession(3, budget=PrivacyBudget(1.0)), lam=lam)[1]  # fmt: skip
+    noisy = one_step(
+        method, wide, "demographic_parity", PrivacySession(3, budget=PrivacyBudget(1.0)), lam=lam
+    )[1]
     noise = torch.cat([(n - e).flatten() for n, e in zip(noisy, exact, strict=True)])
     noise = noise / (-1.0 / len(wide.train))  # undo the step lr / (q n)
     assert noise.std().item() == pytest.approx(2.0 * 0.7, rel=0.1)  # sigma 2 (the schedule)
@@ -214,8 +222,12 @@ def test_sensitive_notion_ledger_uses_substitution_events(task):
     epochs = steps // info["dual_period_steps"]
     assert epochs == 3
     expected = PrivacyLedger()
-    expected.record("step", dp_event.SelfComposedDpEvent(
-        SubstitutionSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps))  # fmt: skip
+    expected.record(
+        "step",
+        dp_event.SelfComposedDpEvent(
+            SubstitutionSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps
+        ),
+    )
     expected.record("dual", dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(100.0), epochs))
     assert canonical(fitted.ledger) == canonical(expected) == canonical(fitted.plan)
     assert 0.95 <= fitted.ledger.epsilon(1e-5) <= 1.0
@@ -242,21 +254,30 @@ def test_alpha_moves_violation_and_beats_dp_sgd(task):
         fitted = get_method("pf-ld", epochs=10).fit(
             task, budget, FairnessSpec("demographic_parity", alpha), 0
         )
-        gaps[alpha] = metrics.demographic_parity_difference(fitted.predict(task.val.X),
-                                                            task.val.s)  # fmt: skip
+        gaps[alpha] = metrics.demographic_parity_difference(fitted.predict(task.val.X), task.val.s)
     baseline = get_method("dp-sgd", epochs=10).fit(task, budget, spec, 0)
     dp_sgd = metrics.demographic_parity_difference(baseline.predict(task.val.X), task.val.s)
     assert gaps[0.0] < gaps[0.2] - 0.1
     assert gaps[0.0] < dp_sgd - 0.1
 
 
-@pytest.mark.parametrize(("hparams", "spec", "message"), [
-    ({}, FairnessSpec("false_negative_rate", 0.1), "supports the constraints"),
-    ({}, FairnessSpec("demographic_parity", -0.1), "outside its valid range"),
-    ({"privacy_notion": "sensitive-attribute", "calibrate": "steps", "noise_multiplier": 3.0},
-     None, "calibrate: noise"),
-    ({"calibrate": "steps"}, None, "noise_multiplier"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("hparams", "spec", "message"),
+    [
+        ({}, FairnessSpec("false_negative_rate", 0.1), "supports the constraints"),
+        ({}, FairnessSpec("demographic_parity", -0.1), "outside its valid range"),
+        (
+            {
+                "privacy_notion": "sensitive-attribute",
+                "calibrate": "steps",
+                "noise_multiplier": 3.0,
+            },
+            None,
+            "calibrate: noise",
+        ),
+        ({"calibrate": "steps"}, None, "noise_multiplier"),
+    ],
+)
 def test_bad_setups_are_config_errors(task, hparams, spec, message):
     with pytest.raises(ConfigError, match=message):
         get_method("pf-ld", epochs=1, **hparams).fit(task, PrivacyBudget(1.0), spec, 0)

@@ -61,8 +61,13 @@ def test_unsampled_gaussians_compose_to_one_gaussian_exactly():
     """DPSE's ledgers: many plain Gaussian releases. Their composition is one Gaussian of
     summed 1/sigma^2; the analytic Gaussian curve (Balle and Wang) pins its epsilon, and
     dp-accounting composing the parts separately must agree within its discretisation."""
-    parts = de.ComposedDpEvent([de.GaussianDpEvent(3), de.GaussianDpEvent(4.0),
-                                de.SelfComposedDpEvent(de.GaussianDpEvent(10.0), 50)])  # fmt: skip
+    parts = de.ComposedDpEvent(
+        [
+            de.GaussianDpEvent(3),
+            de.GaussianDpEvent(4.0),
+            de.SelfComposedDpEvent(de.GaussianDpEvent(10.0), 50),
+        ]
+    )
     sigma = (1 / 9 + 1 / 16 + 50 / 100) ** -0.5
     analytic = brentq(lambda e: gaussian_delta(np.array([e]), sigma)[0] - DELTA, 1e-6, 50)
     ours = epsilon(parts, DELTA)
@@ -117,9 +122,11 @@ def test_releases_sharing_a_batch_cost_more_than_independent_batches(q, sigma, s
     """The composition of separately sampled releases (an earlier version's accounting)
     under-reports: sharing the batch makes the releases' privacy losses coincide."""
     separate = de.ComposedDpEvent(
-        [de.PoissonSampledDpEvent(q, de.GaussianDpEvent(sigma)),
-         de.PoissonSampledDpEvent(q, de.LaplaceDpEvent(laplace))]
-    )  # fmt: skip
+        [
+            de.PoissonSampledDpEvent(q, de.GaussianDpEvent(sigma)),
+            de.PoissonSampledDpEvent(q, de.LaplaceDpEvent(laplace)),
+        ]
+    )
     shared = epsilon(sgd_steps(q, sigma, steps, laplace), DELTA)
     assert shared > epsilon(de.SelfComposedDpEvent(separate, steps), DELTA) * 1.01
 

@@ -27,19 +27,31 @@ TUNE = {
     "final_seeds": list(range(10)),  # tune's minimum
     "methods": [
         # no fairness: far from 0.05 on the synthetic task's built-in group gap
-        {"name": "dp-sgd", "hparams": {"epochs": 2, "batch_size": 64},
-         "space": {"lr": {"log": [0.5, 2.0]}}},
+        {
+            "name": "dp-sgd",
+            "hparams": {"epochs": 2, "batch_size": 64},
+            "space": {"lr": {"log": [0.5, 2.0]}},
+        },
         # a Laplace scale of 0.1 cannot be calibrated at any of these epsilons: every draw is
         # infeasible, which tune counts rather than fails on
-        {"name": "raco-dp", "hparams": {"epochs": 1, "batch_size": 64, "calibrate": "noise",
-                                        "laplace_scale": 0.1},
-         "space": {"lr": {"log": [0.2, 1.0]}, "knob": [0.05]}},
-        {"name": "erm", "unconstrained": True, "hparams": {"epochs": 2, "batch_size": 64},
-         "space": {"lr": {"log": [0.2, 1.0]}}},
-        {"name": "sgda", "hparams": {"epochs": 2, "batch_size": 64},
-         "space": {"lr": {"log": [0.2, 1.0]}, "knob": [0.02, 0.2]}},
+        {
+            "name": "raco-dp",
+            "hparams": {"epochs": 1, "batch_size": 64, "calibrate": "noise", "laplace_scale": 0.1},
+            "space": {"lr": {"log": [0.2, 1.0]}, "knob": [0.05]},
+        },
+        {
+            "name": "erm",
+            "unconstrained": True,
+            "hparams": {"epochs": 2, "batch_size": 64},
+            "space": {"lr": {"log": [0.2, 1.0]}},
+        },
+        {
+            "name": "sgda",
+            "hparams": {"epochs": 2, "batch_size": 64},
+            "space": {"lr": {"log": [0.2, 1.0]}, "knob": [0.02, 0.2]},
+        },
     ],
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +66,14 @@ def built(tmp_path_factory):
         patch.setattr("fairbench.workflows.tune.write_report", lambda run_dir: None)
         patch.setattr("fairbench.privacy.ledger_cache.check_ledger", lambda *args: {})
         try:
-            _, failures = run_tune(TuneConfig.model_validate(TUNE), root / "tune", workers=1,
-                                   quiet=True, charge=False, warn=lambda _: None)  # fmt: skip
+            _, failures = run_tune(
+                TuneConfig.model_validate(TUNE),
+                root / "tune",
+                workers=1,
+                quiet=True,
+                charge=False,
+                warn=lambda _: None,
+            )
         finally:  # no skipped cross-check may stay cached for later tests
             ledger_cache.cache_clear()
     assert failures == []  # the infeasible raco-dp draws are not failures
@@ -68,8 +86,10 @@ def _final_rows(tune_dir) -> list[dict]:
     rows = []
     for store in sorted((tune_dir / "final").glob("*/results.sqlite")):
         with sqlite3.connect(store) as db:
-            rows += [json.loads(r[0]) for r in db.execute(
-                "SELECT result FROM trials WHERE status = 'done'")]  # fmt: skip
+            rows += [
+                json.loads(r[0])
+                for r in db.execute("SELECT result FROM trials WHERE status = 'done'")
+            ]
     return rows
 
 
@@ -107,10 +127,15 @@ def test_each_row_equals_an_independent_recomputation_from_the_final_trials(buil
 def test_rows_are_exactly_the_selections_tune_made(built):
     root, _ = built
     table = pd.read_csv(root / "fig" / "synthetic.csv")
-    selected = [r for r in json.loads((root / "tune" / "tuning.json").read_text())
-                if r["selected"] is not None]  # fmt: skip
-    expected = {(r["target"], r["method"], math.inf if r["epsilon"] is None else r["epsilon"])
-                for r in selected}  # fmt: skip
+    selected = [
+        r
+        for r in json.loads((root / "tune" / "tuning.json").read_text())
+        if r["selected"] is not None
+    ]
+    expected = {
+        (r["target"], r["method"], math.inf if r["epsilon"] is None else r["epsilon"])
+        for r in selected
+    }
     assert set(zip(table["tau"], table["method"], table["epsilon"], strict=True)) == expected
     # ERM is an unconstrained reference: selected at every tau, whatever its violation
     assert {t for t, m, _ in expected if m == "erm"} == set(TAUS)
@@ -128,8 +153,11 @@ def test_a_method_that_cannot_reach_tau_has_no_row_and_is_listed(built):
     assert "- logistic, τ = 0.05: dp-sgd at ε = 1, 8" in note
     # every raco-dp draw failed calibration: no row, listed with the reason at both taus
     assert "raco-dp" not in set(table["method"])
-    raco = [r for r in json.loads((root / "tune" / "tuning.json").read_text())
-            if r["method"] == "raco-dp"]  # fmt: skip
+    raco = [
+        r
+        for r in json.loads((root / "tune" / "tuning.json").read_text())
+        if r["method"] == "raco-dp"
+    ]
     assert {(r["candidates"], r["infeasible"]) for r in raco} == {(0, TUNE["budget"])}
     for tau in TAUS:
         assert f"- logistic, τ = {tau:g}: raco-dp at ε = 1, 8 (4 draws could not" in note
@@ -155,8 +183,9 @@ def _candidates(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
 
 
 def test_selection_rule_lowest_validation_error_within_the_target():
-    table = _candidates([("a#0", 0.10, 0.09), ("a#1", 0.14, 0.04), ("a#2", 0.12, 0.05),
-                         ("a#3", 0.20, 0.00)])  # fmt: skip
+    table = _candidates(
+        [("a#0", 0.10, 0.09), ("a#1", 0.14, 0.04), ("a#2", 0.12, 0.05), ("a#3", 0.20, 0.00)]
+    )
     assert choose(table, 0.05)["label"] == "a#2"  # within means <= target
     assert choose(table, 0.02)["label"] == "a#3"
     assert choose(table, None)["label"] == "a#0"  # an unconstrained reference
@@ -171,15 +200,26 @@ def test_selection_rule_ties_go_to_the_earlier_row_and_none_feasible_is_none():
 
 def test_privacy_bites_compares_the_gap_with_the_summed_half_widths():
     def row(method, eps, mean, half):
-        return {"model": "logistic", "tau": 0.05, "method": method, "epsilon": eps,
-                "test_error_mean": mean, "ci_low": mean - half, "ci_high": mean + half}  # fmt: skip
+        return {
+            "model": "logistic",
+            "tau": 0.05,
+            "method": method,
+            "epsilon": eps,
+            "test_error_mean": mean,
+            "ci_low": mean - half,
+            "ci_high": mean + half,
+        }
 
-    rows = pd.DataFrame([
-        row("bites", 0.1, 0.30, 0.02), row("bites", 8.0, 0.20, 0.02),  # 0.10 > 0.04
-        row("flat", 0.1, 0.22, 0.02), row("flat", 8.0, 0.20, 0.02),  # 0.02 < 0.04
-        row("half", 8.0, 0.20, 0.02),  # cannot reach tau at 0.1
-        row("nonpriv", math.inf, 0.15, 0.01),
-    ])  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            row("bites", 0.1, 0.30, 0.02),
+            row("bites", 8.0, 0.20, 0.02),  # 0.10 > 0.04
+            row("flat", 0.1, 0.22, 0.02),
+            row("flat", 8.0, 0.20, 0.02),  # 0.02 < 0.04
+            row("half", 8.0, 0.20, 0.02),  # cannot reach tau at 0.1
+            row("nonpriv", math.inf, 0.15, 0.01),
+        ]
+    )
     verdicts = {v["method"]: v["bites"] for v in privacy_bites(rows, 0.1, 8.0)}
     assert verdicts == {"bites": True, "flat": False, "half": None}
 
@@ -203,15 +243,41 @@ def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_p
     from fairbench.report.privacy_cost_plot import _panel
 
     def row(method, eps, mean, rule):
-        return {"model": "logistic", "tau": 0.05, "method": method, "epsilon": eps,
-                "test_error_mean": mean, "ci_low": mean - 0.01, "ci_high": mean + 0.01,
-                "satisfied_fraction": 0.0, "steps_mean": 100.0, "selection_rule": rule}  # fmt: skip
+        return {
+            "model": "logistic",
+            "tau": 0.05,
+            "method": method,
+            "epsilon": eps,
+            "test_error_mean": mean,
+            "ci_low": mean - 0.01,
+            "ci_high": mean + 0.01,
+            "satisfied_fraction": 0.0,
+            "steps_mean": 100.0,
+            "selection_rule": rule,
+        }
 
-    rows = pd.DataFrame([row("dp-sgd", 0.1, 0.25, "error_only"), row("dp-sgd", 8.0, 0.15,
-                         "error_only"), row("cgoo", 0.1, 0.30, "within_tau")])  # fmt: skip
-    meta = [{"title": "t", "constraint": "demographic_parity", "delta": 1e-5,
-             "model": "logistic", "budget": 2, "search_seeds": 1, "final_seeds": 10,
-             "epsilons": [0.1, 8.0], "low": 0.1, "high": 8.0, "path": "p"}]  # fmt: skip
+    rows = pd.DataFrame(
+        [
+            row("dp-sgd", 0.1, 0.25, "error_only"),
+            row("dp-sgd", 8.0, 0.15, "error_only"),
+            row("cgoo", 0.1, 0.30, "within_tau"),
+        ]
+    )
+    meta = [
+        {
+            "title": "t",
+            "constraint": "demographic_parity",
+            "delta": 1e-5,
+            "model": "logistic",
+            "budget": 2,
+            "search_seeds": 1,
+            "final_seeds": 10,
+            "epsilons": [0.1, 8.0],
+            "low": 0.1,
+            "high": 8.0,
+            "path": "p",
+        }
+    ]
     empty = pd.DataFrame(columns=["model", "tau", "method", "epsilon", "infeasible"])
     spread = pd.DataFrame(columns=["tau", "model", "method", "epsilon"])
     note = dataset_markdown("k", meta, rows, empty, spread, [])

@@ -50,9 +50,10 @@ BASE = {
     "final_seeds": list(range(10)),
     "selection": "private",
     "count": {"law": "poisson", "mean": 2.0},
-    "methods": [{"name": "dp-sgd", "hparams": {"epochs": 2},
-                 "space": {"lr": {"log": [0.05, 2.0]}}}],
-}  # fmt: skip
+    "methods": [
+        {"name": "dp-sgd", "hparams": {"epochs": 2}, "space": {"lr": {"log": [0.05, 2.0]}}}
+    ],
+}
 
 LAWS = [
     PoissonCount(law="poisson", mean=3.0),
@@ -166,8 +167,10 @@ def test_the_stored_total_is_recomputed_independently(selected):
     _, out, _, (record,), _ = selected
     ledger = record["candidate_ledger"]["entries"]
     candidate = dp_event.ComposedDpEvent([from_dict(e["event"]) for e in ledger])
-    assert ledger[-1]["event"] == {"type": "LaplaceDpEvent",
-                                   "noise_multiplier": record["score_laplace_scale"]}  # fmt: skip
+    assert ledger[-1]["event"] == {
+        "type": "LaplaceDpEvent",
+        "noise_multiplier": record["score_laplace_scale"],
+    }
     assert (record["count_mean"], record["count_shape"]) == (2.0, math.inf)
     event = dp_event.RepeatAndSelectDpEvent(candidate, 2.0, math.inf)
     again = RdpAccountant(orders=ORDERS).compose(event).get_epsilon(record["delta"])
@@ -216,8 +219,11 @@ def test_the_release_is_the_best_noisy_score_and_the_noise_is_reproducible(selec
             )
             assert noisy == pytest.approx((cand["val_error"], cand["val_violation"]), nan_ok=True)
         for target, released in repeat["released"].items():
-            feasible = [i for i, c in enumerate(repeat["candidates"])
-                        if _within(c["val_violation"], float(target))]  # fmt: skip
+            feasible = [
+                i
+                for i, c in enumerate(repeat["candidates"])
+                if _within(c["val_violation"], float(target))
+            ]
             best = min(feasible, key=lambda i: repeat["candidates"][i]["val_error"], default=None)
             assert released == best
 
@@ -230,8 +236,11 @@ def test_summary_rows_average_the_released_models(selected):
     _, _, table, (record,), _ = selected
     for row in table.itertuples(index=False):
         key = f"{row.target:g}"
-        released = [r["candidates"][r["released"][key]] for r in record["repeats"]
-                    if r["released"][key] is not None]  # fmt: skip
+        released = [
+            r["candidates"][r["released"][key]]
+            for r in record["repeats"]
+            if r["released"][key] is not None
+        ]
         assert row.final_seeds == len(released)
         if released:
             assert row.test_error == pytest.approx(np.mean([c["test_error"] for c in released]))
@@ -244,24 +253,32 @@ def test_candidates_of_different_mechanisms_are_accounted_by_the_max_of_their_cu
     (each DP-SGD curve by its accountant, its formula and conversion); it meets the target,
     and it is at least each mechanism's own selection epsilon."""
     methods = [{"name": "dp-sgd", "hparams": {"epochs": 2}, "space": {"batch_size": [64, 128]}}]
-    config = TuneConfig.model_validate({**BASE, "methods": methods,
-                                        "count": {"law": "poisson", "mean": 4.0}})  # fmt: skip
+    config = TuneConfig.model_validate(
+        {**BASE, "methods": methods, "count": {"law": "poisson", "mean": 4.0}}
+    )
     run_private(config, tmp_path / "out", workers=1, quiet=True, warn=lambda _: None)
     record = json.loads((tmp_path / "out" / "private" / "selections.json").read_text())[0]
     assert len(record["candidate_plans"]) == 2
     events = []
     for plan in record["candidate_plans"]:
         training = PrivacyLedger.from_json(plan).event
-        events.append(dp_event.ComposedDpEvent(
-            [training, dp_event.LaplaceDpEvent(record["score_laplace_scale"])]))  # fmt: skip
+        events.append(
+            dp_event.ComposedDpEvent(
+                [training, dp_event.LaplaceDpEvent(record["score_laplace_scale"])]
+            )
+        )
     curves = [RdpAccountant(orders=ORDERS).compose(e)._rdp for e in events]
     worst = np.max(curves, axis=0)
     bound = _compute_rdp_repeat_and_select(np.asarray(ORDERS), worst, 4.0, math.inf)
     total = compute_epsilon(ORDERS, bound, config.delta)[0]
     assert record["total_epsilon"] == pytest.approx(total, rel=1e-9)
     assert 0.99 * TARGET <= total <= TARGET
-    alone = [RdpAccountant(orders=ORDERS).compose(dp_event.RepeatAndSelectDpEvent(e, 4.0, math.inf))
-             .get_epsilon(config.delta) for e in events]  # fmt: skip
+    alone = [
+        RdpAccountant(orders=ORDERS)
+        .compose(dp_event.RepeatAndSelectDpEvent(e, 4.0, math.inf))
+        .get_epsilon(config.delta)
+        for e in events
+    ]
     assert total >= max(alone) - 1e-12
     assert sorted(record["plan_of"]) == sorted(f"dp-sgd#{u}" for u in range(config.support))
     assert set(record["plan_of"].values()) == {0, 1}
@@ -286,9 +303,15 @@ def _budget_of(record):
 
     plans = tuple(record["candidate_plans"])
     ledger = PrivacyLedger.from_json(record["candidate_ledger"])
-    return MethodBudget(record["candidate_epsilon"], record["training_epsilon"],
-                        record["score_laplace_scale"], record["total_epsilon"], ledger, plans,
-                        tuple(record["plan_of"].items()))  # fmt: skip
+    return MethodBudget(
+        record["candidate_epsilon"],
+        record["training_epsilon"],
+        record["score_laplace_scale"],
+        record["total_epsilon"],
+        ledger,
+        plans,
+        tuple(record["plan_of"].items()),
+    )
 
 
 def test_the_max_curve_bound_is_dp_accountings_for_one_candidate():

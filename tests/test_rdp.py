@@ -31,8 +31,9 @@ def dp_accounting_rdp(event):
     return RdpAccountant(orders=list(rdp.ORDERS)).compose(event)._rdp
 
 
-@pytest.mark.parametrize(("q", "sigma"), [(1e-4, 0.5), (0.01, 1.0), (0.08, 4.0), (0.4, 0.7),
-                                          (0.99, 2.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("q", "sigma"), [(1e-4, 0.5), (0.01, 1.0), (0.08, 4.0), (0.4, 0.7), (0.99, 2.0)]
+)
 def test_a_sampled_gaussian_is_dp_accountings(q, sigma):
     """Both directions computed, the forward one dominates (Mironov, Talwar and Zhang): the
     curve is dp-accounting's at every order."""

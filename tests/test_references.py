@@ -26,11 +26,20 @@ def test_error_at_interpolates_along_the_frontier_only():
 
 def test_compare_matches_panels_and_notions():
     points = series([(0.20, 0.01), (0.16, 0.05)]).assign(
-        dataset="adult", constraint="demographic_parity", epsilon=1.0, label="m",
-        config_id="c", privacy_notion="full",
-    )  # fmt: skip
-    ref = {"label": "paper", "dataset": "adult", "constraint": "demographic_parity",
-           "epsilon": 1.0, "points": [[0.17, 0.03], [0.19, 0.001]]}  # fmt: skip
+        dataset="adult",
+        constraint="demographic_parity",
+        epsilon=1.0,
+        label="m",
+        config_id="c",
+        privacy_notion="full",
+    )
+    ref = {
+        "label": "paper",
+        "dataset": "adult",
+        "constraint": "demographic_parity",
+        "epsilon": 1.0,
+        "points": [[0.17, 0.03], [0.19, 0.001]],
+    }
     table = compare(points, [ref])
     assert table["our_error"].iloc[0] == pytest.approx(0.18)
     assert table["difference"].iloc[0] == pytest.approx(0.01)
@@ -46,10 +55,17 @@ def test_a_run_with_references_writes_the_comparison(cli, tmp_path):
         "epsilons": [2.0],
         "seeds": 2,
         "methods": [{"name": "dp-sgd", "hparams": {"epochs": 2, "batch_size": 64}}],
-        "references": [{"label": "someone", "source": "a paper", "dataset": "synthetic",
-                        "constraint": "demographic_parity", "epsilon": 2.0,
-                        "points": [[0.3, 0.5], [0.2, 0.0]]}],
-    }  # fmt: skip
+        "references": [
+            {
+                "label": "someone",
+                "source": "a paper",
+                "dataset": "synthetic",
+                "constraint": "demographic_parity",
+                "epsilon": 2.0,
+                "points": [[0.3, 0.5], [0.2, 0.0]],
+            }
+        ],
+    }
     path = tmp_path / "refs.yaml"
     path.write_text(yaml.safe_dump(config))
     code, _, err = cli("run", str(path), "--out", str(tmp_path / "run"))
@@ -60,8 +76,19 @@ def test_a_run_with_references_writes_the_comparison(cli, tmp_path):
 
 
 def test_malformed_reference_points_are_config_errors():
-    bad = {"name": "x", "datasets": ["synthetic"], "methods": ["erm"],
-           "references": [{"label": "p", "dataset": "synthetic", "constraint": "demographic_parity",
-                           "epsilon": 1.0, "points": [[0.1, 0.2, 0.3]]}]}  # fmt: skip
+    bad = {
+        "name": "x",
+        "datasets": ["synthetic"],
+        "methods": ["erm"],
+        "references": [
+            {
+                "label": "p",
+                "dataset": "synthetic",
+                "constraint": "demographic_parity",
+                "epsilon": 1.0,
+                "points": [[0.1, 0.2, 0.3]],
+            }
+        ],
+    }
     with pytest.raises(ConfigError, match="test error, violation"):
         parse_config(bad)

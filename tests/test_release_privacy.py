@@ -47,7 +47,7 @@ BASE = {
     "count": {"law": "poisson", "mean": 4.0},
     "support": 2,
     "methods": [{"name": "dp-sgd", "hparams": {"epochs": 1}}],
-}  # fmt: skip
+}
 
 
 def _config(**change) -> TuneConfig:
@@ -58,27 +58,43 @@ def _config(**change) -> TuneConfig:
     ("entry", "constraint", "message"),
     [
         # the review's reproduction: the base classifier trains by noiseless SGD on X and y
-        ({"name": "jagielski-post", "hparams": {"privacy_notion": "sensitive-attribute"}},
-         "demographic_parity",
-         "privacy_notion: sensitive-attribute is not (epsilon, delta)-DP for the whole record "
-         "(its epsilon is stated for the sensitive-attribute notion only); private selection "
-         "releases whole-record DP only: set privacy_notion: full"),
-        ({"name": "dp-fermi", "hparams": {"marginals": "public"}}, "demographic_parity",
-         "marginals: public is not (epsilon, delta)-DP for the whole record (it reads the "
-         "marginals exactly); private selection releases whole-record DP only: set "
-         "marginals: private"),
-        ({"name": "dpse", "hparams": {"group_sizes": "public"}}, "bounded_group_loss",
-         "group_sizes: public is not (epsilon, delta)-DP for the whole record (it reads the "
-         "group sizes exactly)"),
+        (
+            {"name": "jagielski-post", "hparams": {"privacy_notion": "sensitive-attribute"}},
+            "demographic_parity",
+            "privacy_notion: sensitive-attribute is not (epsilon, delta)-DP for the whole record "
+            "(its epsilon is stated for the sensitive-attribute notion only); private selection "
+            "releases whole-record DP only: set privacy_notion: full",
+        ),
+        (
+            {"name": "dp-fermi", "hparams": {"marginals": "public"}},
+            "demographic_parity",
+            "marginals: public is not (epsilon, delta)-DP for the whole record (it reads the "
+            "marginals exactly); private selection releases whole-record DP only: set "
+            "marginals: private",
+        ),
+        (
+            {"name": "dpse", "hparams": {"group_sizes": "public"}},
+            "bounded_group_loss",
+            "group_sizes: public is not (epsilon, delta)-DP for the whole record (it reads the "
+            "group sizes exactly)",
+        ),
         # a searched setting is checked on every configuration of the support
-        ({"name": "pf-ld", "space": {"privacy_notion": ["full", "sensitive-attribute"]}},
-         "demographic_parity", "privacy_notion: sensitive-attribute"),
+        (
+            {"name": "pf-ld", "space": {"privacy_notion": ["full", "sensitive-attribute"]}},
+            "demographic_parity",
+            "privacy_notion: sensitive-attribute",
+        ),
         # its plan grows with noisy outputs: its cost is not known before it trains
         ({"name": "dpse"}, "bounded_group_loss", "method dpse plans adaptively"),
     ],
-    ids=["jagielski-post-notion", "dp-fermi-marginals", "dpse-group-sizes", "searched-notion",
-         "adaptive-plan"],
-)  # fmt: skip
+    ids=[
+        "jagielski-post-notion",
+        "dp-fermi-marginals",
+        "dpse-group-sizes",
+        "searched-notion",
+        "adaptive-plan",
+    ],
+)
 def test_a_candidate_that_is_not_whole_record_dp_is_refused_before_anything_runs(
     tmp_path, entry, constraint, message
 ):
@@ -114,9 +130,11 @@ class _Mislabelled(DPSGD):
 
 @pytest.fixture
 def test_plugins(monkeypatch):
-    monkeypatch.setattr(methods, "_REGISTERED", {**methods._REGISTERED,
-                                                 "noiseless-test": _Noiseless,
-                                                 "mislabelled-test": _Mislabelled})  # fmt: skip
+    monkeypatch.setattr(
+        methods,
+        "_REGISTERED",
+        {**methods._REGISTERED, "noiseless-test": _Noiseless, "mislabelled-test": _Mislabelled},
+    )
     methods.registry.cache_clear()
     yield
     methods.registry.cache_clear()
@@ -149,12 +167,21 @@ def test_rows_carry_the_guarantee_a_method_declares():
     """dp-fermi with public marginals says so in its row's notion, from its declaration."""
     from fairbench.runner.config import expand, parse_config
 
-    config = parse_config({
-        "name": "notion", "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
-        "epsilons": [2.0], "seeds": 1,
-        "methods": [{"name": "dp-fermi", "hparams": {"marginals": "public", "epochs": 1},
-                     "knobs": [1.0]}],
-    })  # fmt: skip
+    config = parse_config(
+        {
+            "name": "notion",
+            "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
+            "epsilons": [2.0],
+            "seeds": 1,
+            "methods": [
+                {
+                    "name": "dp-fermi",
+                    "hparams": {"marginals": "public", "epochs": 1},
+                    "knobs": [1.0],
+                }
+            ],
+        }
+    )
     (spec,) = expand(config, warn=lambda _: None)
     assert run_trial(spec).privacy_notion == "full+public-marginals"
     method = methods.get_method("dp-fermi", marginals="public")
@@ -169,15 +196,21 @@ def test_the_budget_does_not_depend_on_how_many_candidates_are_drawn():
     space = {"batch_size": [32, 64], "lr": {"log": [0.1, 1.0]}}
     budgets = []
     for seeds in (list(range(10)), list(range(20, 30))):
-        config = _config(final_seeds=seeds, methods=[{"name": "dp-sgd", "space": space,
-                                                      "hparams": {"epochs": 1}}])  # fmt: skip
+        config = _config(
+            final_seeds=seeds,
+            methods=[{"name": "dp-sgd", "space": space, "hparams": {"epochs": 1}}],
+        )
         templates = candidate_templates(config, sample_configurations(config, config.support))
         budgets.append(calibrate(config, list(templates.values())))
         counts = draw_counts(config)["dp-sgd"]
-        assert all(0 <= u < config.support for picks in draw_picks(config, {"dp-sgd": counts})
-                   ["dp-sgd"] for u in picks)  # fmt: skip
+        assert all(
+            0 <= u < config.support
+            for picks in draw_picks(config, {"dp-sgd": counts})["dp-sgd"]
+            for u in picks
+        )
     assert draw_counts(_config(final_seeds=list(range(10)))) != draw_counts(
-        _config(final_seeds=list(range(20, 30))))  # fmt: skip
+        _config(final_seeds=list(range(20, 30)))
+    )
     assert budgets[0].candidate_epsilon == budgets[1].candidate_epsilon
     assert budgets[0].total_epsilon == budgets[1].total_epsilon
 
@@ -185,8 +218,10 @@ def test_the_budget_does_not_depend_on_how_many_candidates_are_drawn():
 def test_two_methods_candidates_draw_independent_noise_and_batches():
     """Candidate #0 of two methods in one repeat: different seeds, hence different Poisson
     batches and different noise (the seeds are per method, repeat and candidate)."""
-    two = [{"name": "dp-sgd", "hparams": {"epochs": 1}},
-           {"name": "dp-sgd", "label": "other", "hparams": {"epochs": 1}}]  # fmt: skip
+    two = [
+        {"name": "dp-sgd", "hparams": {"epochs": 1}},
+        {"name": "dp-sgd", "label": "other", "hparams": {"epochs": 1}},
+    ]
     config = _config(methods=two)
     templates = candidate_templates(config, sample_configurations(config, config.support))
     budget = calibrate(config, [templates[("synthetic", 1.0, "dp-sgd#0")]])
@@ -229,8 +264,11 @@ def test_a_per_record_split_is_an_option_of_the_csv_adapter(tmp_path):
     from fairbench.datasets import get_dataset
 
     rng = np.random.default_rng(0)
-    frame = {"x": rng.normal(size=400).round(3), "s": rng.choice(["a", "b"], 400),
-             "y": rng.choice([0, 1], 400)}  # fmt: skip
+    frame = {
+        "x": rng.normal(size=400).round(3),
+        "s": rng.choice(["a", "b"], 400),
+        "y": rng.choice([0, 1], 400),
+    }
     import pandas as pd
 
     path = tmp_path / "d.csv"

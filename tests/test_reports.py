@@ -29,31 +29,71 @@ def dp_constraints(gap: float, gamma: float) -> list[dict]:
     """The four two-group demographic-parity constraints of a trial whose group-0 positive
     rate exceeds group 1's by `gap` (negative: the other way round)."""
     values = [-gap, gap, gap, -gap]
-    return [{"name": f"c{i}", "value": v, "gamma": gamma, "violation": v - gamma,
-             "satisfied": bool(v <= gamma)} for i, v in enumerate(values)]  # fmt: skip
+    return [
+        {
+            "name": f"c{i}",
+            "value": v,
+            "gamma": gamma,
+            "violation": v - gamma,
+            "satisfied": bool(v <= gamma),
+        }
+        for i, v in enumerate(values)
+    ]
 
 
-def row(label="raco-dp", *, seed=0, knob=0.02, gap=0.01, steps=100, epsilon=1.0, dataset="d",
-        error=0.2, hash_="h", budget=True, at_bound=False) -> dict:  # fmt: skip
+def row(
+    label="raco-dp",
+    *,
+    seed=0,
+    knob=0.02,
+    gap=0.01,
+    steps=100,
+    epsilon=1.0,
+    dataset="d",
+    error=0.2,
+    hash_="h",
+    budget=True,
+    at_bound=False,
+) -> dict:
     """A stored trial row, with what the report reads."""
     gamma = knob if knob is not None else float("nan")
     constraints = dp_constraints(gap, gamma)
     if knob is None:
         constraints = [{**c, "satisfied": None} for c in constraints]
     return {
-        "trial_id": f"{label}-{seed}-{knob}-{epsilon}", "dataset": dataset,
-        "constraint": "demographic_parity", "method": label, "label": label,
+        "trial_id": f"{label}-{seed}-{knob}-{epsilon}",
+        "dataset": dataset,
+        "constraint": "demographic_parity",
+        "method": label,
+        "label": label,
         "privacy_notion": "full" if epsilon is not None else "non-private",
-        "epsilon": epsilon, "delta": 1e-5, "knob": knob,
-        "knob_name": "gamma" if knob is not None else None, "config_id": "cfg", "seed": seed,
-        "hparams": {"model": "logistic", "calibrate": "steps"}, "n_train": 1000,
+        "epsilon": epsilon,
+        "delta": 1e-5,
+        "knob": knob,
+        "knob_name": "gamma" if knob is not None else None,
+        "config_id": "cfg",
+        "seed": seed,
+        "hparams": {"model": "logistic", "calibrate": "steps"},
+        "n_train": 1000,
         "info": {"steps": steps, "sampling_rate": 0.1, "noise_multiplier": 2.0},
-        "budget": {"steps": steps, "sampling_rate": 0.1, "noise": {"gradient": 2.0},
-                   "calibrated": "steps", "at_bound": at_bound} if budget else None,
-        "test_error": error, "val_error": error, "test_violation": abs(gap),
-        "val_violation": abs(gap), "epsilon_spent": epsilon or 0.0, "wall_seconds": 1.0,
-        "test_rate_constraints": constraints, "test_predictions_sha256": hash_,
-    }  # fmt: skip
+        "budget": {
+            "steps": steps,
+            "sampling_rate": 0.1,
+            "noise": {"gradient": 2.0},
+            "calibrated": "steps",
+            "at_bound": at_bound,
+        }
+        if budget
+        else None,
+        "test_error": error,
+        "val_error": error,
+        "test_violation": abs(gap),
+        "val_violation": abs(gap),
+        "epsilon_spent": epsilon or 0.0,
+        "wall_seconds": 1.0,
+        "test_rate_constraints": constraints,
+        "test_predictions_sha256": hash_,
+    }
 
 
 def test_every_seed_violating_is_zero_of_three_satisfied_whatever_the_signed_mean():
@@ -140,11 +180,19 @@ def test_committed_parkinsons_trials_warn_about_their_step_counts():
     trials = trials_frame(rows)
     distinct, merged = merge_identical_knobs(trials)
     warnings = caveats(trials, merged)
-    assert any("parkinsons · ε = 1: step counts differ 21x" in w and "raco-dp 7" in w
-               for w in warnings)  # fmt: skip
+    assert any(
+        "parkinsons · ε = 1: step counts differ 21x" in w and "raco-dp 7" in w for w in warnings
+    )
     points = pareto_points(distinct)
-    assert {"steps_mean", "epochs_mean", "noise_multiplier_mean", "calibrated",
-            "epsilon_spent_max", "violation_max", "knob_values"} <= set(points.columns)  # fmt: skip
+    assert {
+        "steps_mean",
+        "epochs_mean",
+        "noise_multiplier_mean",
+        "calibrated",
+        "epsilon_spent_max",
+        "violation_max",
+        "knob_values",
+    } <= set(points.columns)
     committed = (RESULTS / "fig-credit-parkinsons" / "pareto.md").read_text()
     assert "parkinsons · ε = 1: step counts differ 21x" in committed
 
@@ -186,8 +234,11 @@ def _colors_by_label(axes) -> dict[str, str]:
 @pytest.fixture
 def figure_points():
     configs = [("raco-dp", 0.02), ("raco-dp", 0.05), ("dp-sgd", None)]
-    rows = [row(m, seed=s, knob=k, gap=0.01 * (1 + i), error=0.2 - 0.01 * i)
-            for i, (m, k) in enumerate(configs) for s in range(3)]  # fmt: skip
+    rows = [
+        row(m, seed=s, knob=k, gap=0.01 * (1 + i), error=0.2 - 0.01 * i)
+        for i, (m, k) in enumerate(configs)
+        for s in range(3)
+    ]
     return pareto_points(trials_frame(rows))
 
 
@@ -240,12 +291,26 @@ def test_untuned_runs_say_so_and_tune_finals_name_their_tune_config():
 
     assert hyperparameter_provenance({"name": "fig"}) == "defaults, untuned"
     assert hyperparameter_provenance({"tuned_by": "pc"}) == "tuned by pc"
-    config = TuneConfig.model_validate({
-        "name": "pc", "datasets": ["synthetic"], "epsilons": [1.0], "targets": [0.05],
-        "budget": 1, "search_seeds": [100], "final_seeds": list(range(10)),
-        "methods": [{"name": "erm", "unconstrained": True, "space": {"lr": [0.5]}}]})  # fmt: skip
-    chosen = {"dataset": "synthetic", "epsilon": 1.0, "method": "erm", "selected": "erm#0",
-              "hparams": {"lr": 0.5}, "knob": None}  # fmt: skip
+    config = TuneConfig.model_validate(
+        {
+            "name": "pc",
+            "datasets": ["synthetic"],
+            "epsilons": [1.0],
+            "targets": [0.05],
+            "budget": 1,
+            "search_seeds": [100],
+            "final_seeds": list(range(10)),
+            "methods": [{"name": "erm", "unconstrained": True, "space": {"lr": [0.5]}}],
+        }
+    )
+    chosen = {
+        "dataset": "synthetic",
+        "epsilon": 1.0,
+        "method": "erm",
+        "selected": "erm#0",
+        "hparams": {"lr": 0.5},
+        "knob": None,
+    }
     selection = pd.DataFrame([chosen])
     (final,) = final_configs(config, selection).values()
     assert final["tuned_by"] == "pc"

@@ -113,9 +113,11 @@ def test_trial_rows_hold_the_documented_columns_in_stored_order():
         (one, RATE_METRICS),
         ({**one, "datasets": [three_groups]}, (*RATE_METRICS, "demographic_parity_ovr")),
         ({**one, "constraint": "bounded_group_loss"}, GROUP_LOSS_METRICS),
-        ({**one, "methods": [{"name": "sgda", "knobs": [0.05], "hparams": {"epochs": 1}}]},
-         RATE_METRICS),
-    ]  # fmt: skip
+        (
+            {**one, "methods": [{"name": "sgda", "knobs": [0.05], "hparams": {"epochs": 1}}]},
+            RATE_METRICS,
+        ),
+    ]
     for config, metrics in cases:
         (spec,) = expand(parse_config(config), warn=lambda _: None)
         row = run_trial(spec)
@@ -141,8 +143,16 @@ def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
     code, stdout, _ = cli("run", config, "--out", str(out), "--workers", "1", "--quiet")
     assert code == 0, stdout
     assert "6 trials run, 0 already done, 0 failed" in stdout
-    names = ("config.yaml", "results.sqlite", "trials.csv", "pareto.csv", "pareto.md",
-             "constraints.csv", "constraint_values.csv", "constraints.md")  # fmt: skip
+    names = (
+        "config.yaml",
+        "results.sqlite",
+        "trials.csv",
+        "pareto.csv",
+        "pareto.md",
+        "constraints.csv",
+        "constraint_values.csv",
+        "constraints.md",
+    )
     for name in names:
         assert (out / name).is_file()
     per_constraint = pd.read_csv(out / "constraint_values.csv")
@@ -334,14 +344,23 @@ def test_a_declared_constraint_runs_through_sgda_and_is_evaluated(cli, tmp_path)
         "name": "tpr_gap",
         "partition": "label_x_group",
         "constraints": [
-            {"name": "tpr(1) - tpr(0)", "terms": [{"parts": [3], "weights": [0, 1]},
-                                                  {"parts": [2], "weights": [0, -1]}]},
-            {"name": "tpr(0) - tpr(1)", "terms": [{"parts": [2], "weights": [0, 1]},
-                                                  {"parts": [3], "weights": [0, -1]}]},
+            {
+                "name": "tpr(1) - tpr(0)",
+                "terms": [{"parts": [3], "weights": [0, 1]}, {"parts": [2], "weights": [0, -1]}],
+            },
+            {
+                "name": "tpr(0) - tpr(1)",
+                "terms": [{"parts": [2], "weights": [0, 1]}, {"parts": [3], "weights": [0, -1]}],
+            },
         ],
-    }  # fmt: skip
-    config = {**SMALL, "constraint": tpr_gap, "epsilons": [], "seeds": 1,
-              "methods": [{"name": "sgda", "hparams": {"epochs": 3}, "knobs": [0.1]}]}  # fmt: skip
+    }
+    config = {
+        **SMALL,
+        "constraint": tpr_gap,
+        "epsilons": [],
+        "seeds": 1,
+        "methods": [{"name": "sgda", "hparams": {"epochs": 3}, "knobs": [0.1]}],
+    }
     out = tmp_path / "run"
     code, stdout, _ = cli("run", write_config(tmp_path, config), "--out", str(out), "--quiet")
     assert code == 0, stdout
@@ -369,8 +388,10 @@ def test_dry_run_status_stamp_and_export(cli, tmp_path):
     with sqlite3.connect(out / "results.sqlite") as db:  # one trial lost, one failed
         first, second = sorted(rows)[:2]
         db.execute("DELETE FROM trials WHERE trial_id = ?", (first,))
-        db.execute("UPDATE trials SET status='failed', result=NULL, error=? WHERE trial_id=?",
-                   ("Traceback ...\nValueError: boom", second))  # fmt: skip
+        db.execute(
+            "UPDATE trials SET status='failed', result=NULL, error=? WHERE trial_id=?",
+            ("Traceback ...\nValueError: boom", second),
+        )
     code, stdout, _ = cli("status", str(out), "--json")
     status = json.loads(stdout)
     assert code == 0 and status["failures"] == [[second, "ValueError: boom"]]
@@ -403,9 +424,12 @@ def test_a_run_killed_with_sigkill_resumes_to_exactly_the_uninterrupted_trials(t
     run = [sys.executable, "-m", "fairbench.cli", "run"]
     options = ["--workers", "2", "--quiet"]
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([*run, config, "--out", str(killed), *options],
-                            start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [*run, config, "--out", str(killed), *options],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -419,11 +443,13 @@ def test_a_run_killed_with_sigkill_resumes_to_exactly_the_uninterrupted_trials(t
     proc.wait()
     interrupted = len(read_results(killed))
     assert 2 <= interrupted < 9
-    subprocess.run([*run, "--resume", str(killed), *options], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run([*run, "--resume", str(killed), *options], check=True, stdout=subprocess.DEVNULL)
     whole = tmp_path / "whole"
-    subprocess.run([*run, config, "--out", str(whole), "--workers", "1", "--quiet"],
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [*run, config, "--out", str(whole), "--workers", "1", "--quiet"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     with sqlite3.connect(killed / "results.sqlite") as db:
         ids = [r[0] for r in db.execute("SELECT trial_id FROM trials")]
     assert len(ids) == len(set(ids)) == 9
@@ -435,8 +461,17 @@ def test_the_dask_executor_matches_the_local_one(cli, tmp_path):
     equal the local executor's for the same seeds."""
     pytest.importorskip("distributed")
     config = write_config(tmp_path, SMALL)
-    code, _, err = cli("run", config, "--out", str(tmp_path / "dask"), "--executor", "dask",
-                       "--workers", "2", "--quiet")  # fmt: skip
+    code, _, err = cli(
+        "run",
+        config,
+        "--out",
+        str(tmp_path / "dask"),
+        "--executor",
+        "dask",
+        "--workers",
+        "2",
+        "--quiet",
+    )
     assert code == 0, err
     assert cli("run", config, "--out", str(tmp_path / "local"), "--workers", "1", "--quiet")[0] == 0
     dask, local = (without_timing(read_results(tmp_path / d)) for d in ("dask", "local"))
@@ -461,8 +496,18 @@ def test_bench_times_a_whole_figure_and_splits_it_by_method(cli, tmp_path):
         "name: mini\ndatasets: [{name: synthetic, options: {n_rows: 600}}]\nepsilons: [2.0]\n"
         "seeds: 2\nmethods: [{name: erm}, {name: dp-sgd, hparams: {epochs: 1}}]\n"
     )
-    code, out, err = cli("bench", "--figure", str(config), "--workers", "1", "--json",
-                         "--rounds", "2", "--out", str(tmp_path / "timing"))  # fmt: skip
+    code, out, err = cli(
+        "bench",
+        "--figure",
+        str(config),
+        "--workers",
+        "1",
+        "--json",
+        "--rounds",
+        "2",
+        "--out",
+        str(tmp_path / "timing"),
+    )
     assert code == 0, err
     result = json.loads(out)
     assert (result["figure"], result["trials"], result["failed"]) == ("mini", 4, 0)

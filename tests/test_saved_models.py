@@ -15,9 +15,11 @@ CONFIG = {
     "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
     "epsilons": [2.0],
     "seeds": 2,
-    "methods": [{"name": "dp-sgd", "hparams": {"epochs": 1, "batch_size": 64}},
-                {"name": "cgoo", "hparams": {"iterations": 3}, "knobs": [0.1]}],
-}  # fmt: skip
+    "methods": [
+        {"name": "dp-sgd", "hparams": {"epochs": 1, "batch_size": 64}},
+        {"name": "cgoo", "hparams": {"iterations": 3}, "knobs": [0.1]},
+    ],
+}
 
 
 def test_models_are_saved_only_where_the_run_asks_and_reproduce_the_predictions(tmp_path):

@@ -152,8 +152,18 @@ def test_every_broken_variant_is_caught_by_the_runner(task, variant):
     there, before its noise), then take the trial's ledger (the plan check and the budget)."""
     cls, message = BROKEN[variant]
     session = PrivacySession(0, torch.device("cpu"), BUDGET)
-    spec = TrialSpec("synthetic", {}, "dp-sgd", "dp-sgd", {}, "demographic_parity", None,
-                     BUDGET.epsilon, BUDGET.delta, 0)  # fmt: skip
+    spec = TrialSpec(
+        "synthetic",
+        {},
+        "dp-sgd",
+        "dp-sgd",
+        {},
+        "demographic_parity",
+        None,
+        BUDGET.epsilon,
+        BUDGET.delta,
+        0,
+    )
     with pytest.raises(PrivacyContractError) as caught:
         fitted = cls(epochs=2).fit(task, BUDGET, PARITY, seed=0, session=session)
         recorded_ledger(spec, session, fitted.target_accounting)
@@ -205,8 +215,10 @@ def test_releases_on_one_batch_share_its_sampling_and_rounds_are_counted():
     counts = session.gaussian_counts("c", 3.0)
     counts(torch.tensor([0, 1, 1]), 2)
     ledger = session.ledger()
-    assert [e.event for e in ledger.entries] == [sgd_steps(0.1, 2.0, 3, 5.0),
-                                                 dp_event.GaussianDpEvent(3.0)]  # fmt: skip
+    assert [e.event for e in ledger.entries] == [
+        sgd_steps(0.1, 2.0, 3, 5.0),
+        dp_event.GaussianDpEvent(3.0),
+    ]
 
 
 def test_sensitive_attribute_sessions_account_substitution_and_double_the_noise():
@@ -242,8 +254,7 @@ def test_non_private_sessions_draw_nothing_and_record_nothing():
     session = PrivacySession(0)
     session.submit_plan(PrivacyLedger())
     values = torch.arange(6.0).reshape(3, 2)
-    assert torch.equal(session.gaussian_sum("g", math.inf, 0.0)(Rows.of(values))[0],
-                       values.sum(0))  # fmt: skip
+    assert torch.equal(session.gaussian_sum("g", math.inf, 0.0)(Rows.of(values))[0], values.sum(0))
     fresh = torch_stream(0, "noise/g").get_state()
     assert torch.equal(session.stream("noise/g").get_state(), fresh)  # nothing drawn
     assert session.ledger().entries == [] and session.notion is PrivacyNotion.NONE

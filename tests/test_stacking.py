@@ -16,26 +16,53 @@ from fairbench.runner.stacking import work_units
 from fairbench.runner.trial import TrialSpec, run_stack, run_trial
 
 FAST = {"epochs": 1, "steps": 5, "max_iter": 3, "iterations": 3, "T": 3}
-KNOBS = {"raco-dp": [0.02, 0.1], "sgda": [0.02, 0.1], "dp-fermi": [0.0, 2.0],
-         "cgoo": [0.05, 0.1], "cgoo-nonprivate": [0.05, 0.1], "fairlearn-eg": [0.05, 0.1],
-         "dpse": [0.5, 0.7], "jagielski-post": [0.0, 0.1],
-         "dp-erm-mitigation": [0.0, 2.0], "pf-ld": [0.0, 0.1], "jagielski-oracle": [0.02, 0.1],
-         "jagielski-oracle-nonprivate": [0.02, 0.1]}  # fmt: skip
-STACKED = ["cgoo", "cgoo-nonprivate", "dp-erm-mitigation", "dp-fermi", "dp-sgd",
-           "jagielski-oracle", "jagielski-oracle-nonprivate", "pf-ld", "raco-dp",
-           "sgda"]  # fmt: skip
-EXTRA = {"raco-dp": {"calibrate": "noise", "batch_size": 64}, "sgda": {"batch_size": 64},
-         "dp-sgd": {"batch_size": 64}, "dp-fermi": {"batch_size": 64},
-         "dp-erm-mitigation": {"batch_size": 64}, "pf-ld": {"batch_size": 64},
-         "cgoo": {"batch_size": 64}, "cgoo-nonprivate": {"batch_size": 64},
-         "jagielski-oracle": {"batch_size": 64},
-         "jagielski-oracle-nonprivate": {"batch_size": 64}}  # fmt: skip
+KNOBS = {
+    "raco-dp": [0.02, 0.1],
+    "sgda": [0.02, 0.1],
+    "dp-fermi": [0.0, 2.0],
+    "cgoo": [0.05, 0.1],
+    "cgoo-nonprivate": [0.05, 0.1],
+    "fairlearn-eg": [0.05, 0.1],
+    "dpse": [0.5, 0.7],
+    "jagielski-post": [0.0, 0.1],
+    "dp-erm-mitigation": [0.0, 2.0],
+    "pf-ld": [0.0, 0.1],
+    "jagielski-oracle": [0.02, 0.1],
+    "jagielski-oracle-nonprivate": [0.02, 0.1],
+}
+STACKED = [
+    "cgoo",
+    "cgoo-nonprivate",
+    "dp-erm-mitigation",
+    "dp-fermi",
+    "dp-sgd",
+    "jagielski-oracle",
+    "jagielski-oracle-nonprivate",
+    "pf-ld",
+    "raco-dp",
+    "sgda",
+]
+EXTRA = {
+    "raco-dp": {"calibrate": "noise", "batch_size": 64},
+    "sgda": {"batch_size": 64},
+    "dp-sgd": {"batch_size": 64},
+    "dp-fermi": {"batch_size": 64},
+    "dp-erm-mitigation": {"batch_size": 64},
+    "pf-ld": {"batch_size": 64},
+    "cgoo": {"batch_size": 64},
+    "cgoo-nonprivate": {"batch_size": 64},
+    "jagielski-oracle": {"batch_size": 64},
+    "jagielski-oracle-nonprivate": {"batch_size": 64},
+}
 # longer runs: more than 40 steps; cgoo's and jagielski-oracle's epochs are per oracle call
 # (per round; 6 steps at batch 64)
-LONGER = {"raco-dp": {"calibrate": "noise", "epochs": 10}, "cgoo": {"iterations": 10},
-          "cgoo-nonprivate": {"iterations": 10},
-          "jagielski-oracle": {"iterations": 10, "epochs": 1},
-          "jagielski-oracle-nonprivate": {"iterations": 10, "epochs": 1}}  # fmt: skip
+LONGER = {
+    "raco-dp": {"calibrate": "noise", "epochs": 10},
+    "cgoo": {"iterations": 10},
+    "cgoo-nonprivate": {"iterations": 10},
+    "jagielski-oracle": {"iterations": 10, "epochs": 1},
+    "jagielski-oracle-nonprivate": {"iterations": 10, "epochs": 1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +78,11 @@ def fast(name: str, **extra):
 def trials_of(name: str, tasks, constraint: str = "demographic_parity") -> list[Trial]:
     budget = PrivacyBudget(1.0) if method_class(name).private else None
     knobs = KNOBS.get(name, [None])
-    return [Trial(tasks[seed], FairnessSpec(constraint, knob), PrivacySession(seed, budget=budget))
-            for seed in (0, 1) for knob in knobs]  # fmt: skip
+    return [
+        Trial(tasks[seed], FairnessSpec(constraint, knob), PrivacySession(seed, budget=budget))
+        for seed in (0, 1)
+        for knob in knobs
+    ]
 
 
 def parameters(fitted) -> list[torch.Tensor]:
@@ -94,23 +124,42 @@ def test_trials_of_a_stack_draw_their_own_batches_and_noise(tasks):
     differs (its own split, batches and noise)."""
     method = get_method("dp-sgd", epochs=1)
     budget = PrivacyBudget(1.0)
-    trials = [Trial(tasks[seed], FairnessSpec("demographic_parity"),
-                    PrivacySession(seed, budget=budget)) for seed in (0, 0, 1)]  # fmt: skip
+    trials = [
+        Trial(tasks[seed], FairnessSpec("demographic_parity"), PrivacySession(seed, budget=budget))
+        for seed in (0, 0, 1)
+    ]
     first, twin, other = (parameters(f)[0] for f in method.fit_stack(trials))
     assert torch.equal(first, twin) and not torch.allclose(first, other)
 
 
-def spec(method: str, seed: int, knob: float | None = None, epsilon: float | None = 1.0,
-         **hparams) -> TrialSpec:  # fmt: skip
-    return TrialSpec("synthetic", {"n_rows": 600}, method, method, hparams,
-                     "demographic_parity", knob, epsilon, 1e-5, seed)  # fmt: skip
+def spec(
+    method: str, seed: int, knob: float | None = None, epsilon: float | None = 1.0, **hparams
+) -> TrialSpec:
+    return TrialSpec(
+        "synthetic",
+        {"n_rows": 600},
+        method,
+        method,
+        hparams,
+        "demographic_parity",
+        knob,
+        epsilon,
+        1e-5,
+        seed,
+    )
 
 
 def test_work_units_stack_only_what_may_share_a_program():
-    specs = ([spec("raco-dp", s, k, e, epochs=1, calibrate="noise") for s in range(3)
-              for k in (0.05, 0.1) for e in (1.0, 3.0)]
-             + [spec("cgoo", s, 0.05, iterations=3) for s in range(2)]
-             + [spec("dp-sgd", s, None, 1.0, model="mlp") for s in range(2)])  # fmt: skip
+    specs = (
+        [
+            spec("raco-dp", s, k, e, epochs=1, calibrate="noise")
+            for s in range(3)
+            for k in (0.05, 0.1)
+            for e in (1.0, 3.0)
+        ]
+        + [spec("cgoo", s, 0.05, iterations=3) for s in range(2)]
+        + [spec("dp-sgd", s, None, 1.0, model="mlp") for s in range(2)]
+    )
     units = work_units(specs)
     assert sorted(s.trial_id for u in units for s in u) == sorted(s.trial_id for s in specs)
     stacks = [u for u in units if len(u) > 1]
@@ -128,8 +177,9 @@ def test_work_units_stack_only_what_may_share_a_program():
 
 
 def test_the_runner_stores_a_stack_as_the_trials_alone():
-    specs = [spec("raco-dp", s, k, 1.0, epochs=1, calibrate="noise") for s in (0, 1)
-             for k in (0.05, 0.1)]  # fmt: skip
+    specs = [
+        spec("raco-dp", s, k, 1.0, epochs=1, calibrate="noise") for s in (0, 1) for k in (0.05, 0.1)
+    ]
     stacked = run_stack(specs)
     for s, row in zip(specs, stacked, strict=True):
         alone = run_trial(s)
@@ -157,8 +207,9 @@ def test_mixture_components_are_copies_of_their_own_trial_alone(tasks):
         for p, q in zip(last.parameters(), fitted.model.parameters(), strict=True):
             assert torch.equal(p, q)
         first = fitted.components[0]
-        assert not all(torch.equal(p, q) for p, q in zip(first.parameters(), last.parameters(),
-                                                          strict=True))  # fmt: skip
+        assert not all(
+            torch.equal(p, q) for p, q in zip(first.parameters(), last.parameters(), strict=True)
+        )
 
 
 def test_dp_fermi_splits_a_stack_by_schedule(tasks, monkeypatch):
@@ -201,8 +252,9 @@ def test_padding_rows_of_a_device_batch_contribute_nothing_through_one_model(tas
     assert round_.mask is not None and not bool(round_.mask.all())  # padded
     rows = data.gather(round_)
     x = rows.rows(data.x)
-    summed = exact_sums(stack.contributions(x, CrossEntropy(rows.rows(data.y)),
-                                            stack.logits(x), rows))  # fmt: skip
+    summed = exact_sums(
+        stack.contributions(x, CrossEntropy(rows.rows(data.y)), stack.logits(x), rows)
+    )
     real = round_.index[0][round_.mask[0]]
     model.zero_grad()
     torch.nn.functional.cross_entropy(model(data.x[real]), data.y[real], reduction="sum").backward()

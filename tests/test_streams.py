@@ -51,8 +51,9 @@ def test_session_mechanisms_draw_from_their_own_streams_and_never_replay():
     replay = fresh.noise("counts", None, torch.device("cpu")).gaussian(zeros, 1.0, 1.0, 1)
     assert torch.equal(first, replay)  # same seed, same name: same noise
     batch = session.poisson(1000, 0.5)().indices
-    assert not torch.equal(batch, PrivacySession(1, budget=PrivacyBudget(1.0)).poisson(
-        1000, 0.5)().indices)  # fmt: skip
+    assert not torch.equal(
+        batch, PrivacySession(1, budget=PrivacyBudget(1.0)).poisson(1000, 0.5)().indices
+    )
 
 
 def fast_method(name: str):
@@ -70,16 +71,28 @@ def test_a_fit_leaves_global_rngs_alone_and_repeats_bit_for_bit(task, name):
     fairness = FairnessSpec("demographic_parity", None if method.knob is None else 0.1)
     if name in ("dpse", "dpnose"):  # bounded group loss is their only constraint
         fairness = FairnessSpec("bounded_group_loss", 1.0)
-    runs = [method.fit(task, budget, fairness, seed=5).predict_proba(task.test.X, task.test.s)
-            for _ in range(2)]  # fmt: skip
+    runs = [
+        method.fit(task, budget, fairness, seed=5).predict_proba(task.test.X, task.test.s)
+        for _ in range(2)
+    ]
     assert np.array_equal(runs[0], runs[1])
     assert torch.equal(torch.random.get_rng_state(), torch_state)
     assert np.array_equal(np.random.get_state()[1], numpy_state)
 
 
 def test_secure_noise_trials_keep_the_ledger_and_change_only_the_noise():
-    spec = TrialSpec("synthetic", {"n_rows": 400}, "dp-sgd", "dp-sgd", {"epochs": 1},
-                     "demographic_parity", None, 2.0, 1e-5, 0)  # fmt: skip
+    spec = TrialSpec(
+        "synthetic",
+        {"n_rows": 400},
+        "dp-sgd",
+        "dp-sgd",
+        {"epochs": 1},
+        "demographic_parity",
+        None,
+        2.0,
+        1e-5,
+        0,
+    )
     secure = dataclasses.replace(spec, secure_noise=True)
     assert spec.trial_id != secure.trial_id
     plain, exact = run_trial(spec), run_trial(secure)

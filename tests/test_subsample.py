@@ -78,16 +78,26 @@ def test_too_large_or_too_small_n_train_is_one_config_error(full):
         get_dataset("synthetic", **OPTIONS, n_train=len(full.train) + 1).load(seed=4)
     with pytest.raises(ConfigError, match="4 label x group strata"):
         get_dataset("synthetic", **OPTIONS, n_train=3).load(seed=4)
-    config = {"name": "n", "methods": ["erm"], "seeds": [0],
-              "datasets": [{"name": "synthetic", "options": {"n_train": 10**6}}]}  # fmt: skip
+    config = {
+        "name": "n",
+        "methods": ["erm"],
+        "seeds": [0],
+        "datasets": [{"name": "synthetic", "options": {"n_train": 10**6}}],
+    }
     with pytest.raises(ConfigError, match="training rows available"):
         expand(parse_config(config), warn=lambda _: None)  # before any run directory exists
 
 
 def test_existing_trial_ids_are_unchanged_by_the_new_option():
     """Ids computed before `n_train` existed (commit 9224043): an unset option is left out."""
-    hparams = {"model": "logistic", "hidden": 64, "lr": 0.5, "batch_size": 256,
-               "epochs": 20.0, "weight_decay": 0.0}  # fmt: skip
+    hparams = {
+        "model": "logistic",
+        "hidden": 64,
+        "lr": 0.5,
+        "batch_size": 256,
+        "epochs": 20.0,
+        "weight_decay": 0.0,
+    }
     pins = [
         ("synthetic", {}, "b275c3f3ed857b44"),
         ("adult", {"missing": "drop"}, "b7d6f6ac5e0d0f75"),
@@ -95,9 +105,18 @@ def test_existing_trial_ids_are_unchanged_by_the_new_option():
     for dataset, options, pinned in pins:
         resolved = get_dataset(dataset, **options).options.model_dump()
         assert "n_train" not in resolved
-        spec = TrialSpec(dataset=dataset, dataset_options=resolved, method="erm", label="erm",
-                         hparams=hparams, constraint="demographic_parity", knob=None,
-                         epsilon=None, delta=1e-5, seed=3)  # fmt: skip
+        spec = TrialSpec(
+            dataset=dataset,
+            dataset_options=resolved,
+            method="erm",
+            label="erm",
+            hparams=hparams,
+            constraint="demographic_parity",
+            knob=None,
+            epsilon=None,
+            delta=1e-5,
+            seed=3,
+        )
         assert spec.trial_id == pinned
     with_n = get_dataset("synthetic", n_train=100).options.model_dump()
     assert with_n["n_train"] == 100

@@ -37,19 +37,30 @@ TINY = {
     "dp-fermi": ({"epochs": 1}, {"knob_values": (0.0, 2.0)}),
     "dp-erm-mitigation": ({"epochs": 2}, {"knob_values": (0.0, 3.0)}),
     "pf-ld": ({"epochs": 2}, {}),  # knob values from its Knob: alpha 1.0 (loose) -> 0.0
-    "dpse": ({"steps": 5, "precursor_steps": 5},
-             {"constraint": "bounded_group_loss", "knob_values": (2.0, 0.3)}),
+    "dpse": (
+        {"steps": 5, "precursor_steps": 5},
+        {"constraint": "bounded_group_loss", "knob_values": (2.0, 0.3)},
+    ),
     "dpnose": ({"steps": 5}, {"constraint": "bounded_group_loss", "knob_values": (2.0, 0.3)}),
     "fairlearn-eg": ({"max_iter": 2, "lr_max_iter": 100}, {"knob_values": (0.5, 0.01)}),
     "jagielski-post": ({"epochs": 1}, {"constraint": "equalized_odds", "knob_values": (0.5, 0.0)}),
     "jagielski-oracle": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),
     "jagielski-oracle-nonprivate": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),
-}  # fmt: skip
+}
 BUILTIN = sorted(n for n, c in methods.registry().items() if c.__module__.startswith("fairbench."))
-PRIVATE_CHECKS = {"seed-sensitivity", "ledger-matches-plan", "ledger-nonempty",
-                  "epsilon-within-target"}  # fmt: skip
-COMMON = {"attributes", "hparams-rejected", "hparams-json-roundtrip", "determinism",
-          "metrics-schema"}  # fmt: skip
+PRIVATE_CHECKS = {
+    "seed-sensitivity",
+    "ledger-matches-plan",
+    "ledger-nonempty",
+    "epsilon-within-target",
+}
+COMMON = {
+    "attributes",
+    "hparams-rejected",
+    "hparams-json-roundtrip",
+    "determinism",
+    "metrics-schema",
+}
 SMALL = {"epochs": 1}
 EXAMPLE = {"epochs": 2}  # one size everywhere below: calibrations are cached per process
 
@@ -108,8 +119,18 @@ def test_register_adds_a_class_at_run_time_and_the_runner_finds_it(example):
     assert methods.register(example) is example
     methods.registry.cache_clear()  # what test_plugins does: registrations survive it
     assert methods.method_class("reweighed-dp-sgd") is example and "dp-sgd" in methods.registry()
-    spec = TrialSpec("synthetic", {"n_rows": 1500}, example.name, example.name, EXAMPLE,
-                     "demographic_parity", 1.0, 0.5, 1e-5, 0)  # fmt: skip
+    spec = TrialSpec(
+        "synthetic",
+        {"n_rows": 1500},
+        example.name,
+        example.name,
+        EXAMPLE,
+        "demographic_parity",
+        1.0,
+        0.5,
+        1e-5,
+        0,
+    )
     row = run_trial(spec)
     assert 0 < row.epsilon_spent <= 0.5 and row.knob_name == "strength"
     with pytest.raises(ConfigError, match=r"taken by fairbench\.methods\.dp_sgd\.DPSGD"):
@@ -137,9 +158,13 @@ def test_the_command_line_prints_one_line_per_check_and_sets_the_exit_code(capsy
 
 def test_python_dash_m_runs_from_the_repository_root():
     """The `examples` package here, not opacus's installed one of the same name."""
-    done = subprocess.run([sys.executable, "-m", "fairbench.testing",
-                           "examples.fair_dp_logreg:WeightedCrossEntropy"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "fairbench.testing", "examples.fair_dp_logreg:WeightedCrossEntropy"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stderr
     assert "check attributes failed" in done.stdout
 

@@ -22,12 +22,18 @@ BASE = {
     "search_seeds": [100],
     "final_seeds": list(range(10)),
     "methods": [
-        {"name": "dp-sgd", "hparams": {"epochs": 2},
-         "space": {"lr": {"log": [0.05, 2.0]}, "batch_size": [64, 128]}},
-        {"name": "raco-dp", "hparams": {"epochs": 2},
-         "space": {"lr": {"uniform": [0.1, 1.0]}, "knob": [0.05, 0.1]}},
+        {
+            "name": "dp-sgd",
+            "hparams": {"epochs": 2},
+            "space": {"lr": {"log": [0.05, 2.0]}, "batch_size": [64, 128]},
+        },
+        {
+            "name": "raco-dp",
+            "hparams": {"epochs": 2},
+            "space": {"lr": {"uniform": [0.1, 1.0]}, "knob": [0.05, 0.1]},
+        },
     ],
-}  # fmt: skip
+}
 
 
 def test_every_method_gets_the_same_budget_drawn_reproducibly_within_its_space():
@@ -71,8 +77,7 @@ def tuned(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("tune")
     config = TuneConfig.model_validate(BASE)
-    table, failures = run_tune(config, out, workers=1, quiet=True, charge=True,
-                               warn=lambda _: None)  # fmt: skip
+    table, failures = run_tune(config, out, workers=1, quiet=True, charge=True, warn=lambda _: None)
     assert failures == []
     return out, table
 
@@ -123,8 +128,13 @@ def test_a_method_joins_a_finished_tune_without_redoing_the_others(tmp_path):
     tuning_md = (out / "tuning.md").read_text()
     assert tuning_md.count("tuning not charged") == 1 + len(table)  # the intro, every section
     first = finished_at(out / "search")
-    grown = {**small, "methods": [*small["methods"], {"name": "erm", "unconstrained": True,
-                                                       "hparams": {"epochs": 1}}]}  # fmt: skip
+    grown = {
+        **small,
+        "methods": [
+            *small["methods"],
+            {"name": "erm", "unconstrained": True, "hparams": {"epochs": 1}},
+        ],
+    }
     said = []
     run_tune(TuneConfig.model_validate(grown), out, 1, True, False, warn=said.append)
     after = finished_at(out / "search")

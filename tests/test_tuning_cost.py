@@ -27,9 +27,10 @@ BASE = {
     "search_seeds": [100],
     "final_seeds": list(range(10)),
     "count": {"law": "poisson", "mean": 2.0},
-    "methods": [{"name": "dp-sgd", "hparams": {"epochs": 2},
-                 "space": {"lr": {"log": [0.05, 2.0]}}}],
-}  # fmt: skip
+    "methods": [
+        {"name": "dp-sgd", "hparams": {"epochs": 2}, "space": {"lr": {"log": [0.05, 2.0]}}}
+    ],
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +60,10 @@ def test_the_uncharged_twin_runs_the_same_candidates_at_the_full_epsilon_scored_
     assert math.isnan(free["total_epsilon"]) and "not charged" in free["accounting_note"]
     assert paid["training_epsilon"] < 1.0 and paid["total_epsilon"] == pytest.approx(2.0, rel=0.01)
     # exact scores: each candidate's validation error is its trial's own
-    rows = {r["trial_id"]: r for r in finished_rows(
-        arms["uncharged"] / "private" / "synthetic-eps2", "test")}  # fmt: skip
+    rows = {
+        r["trial_id"]: r
+        for r in finished_rows(arms["uncharged"] / "private" / "synthetic-eps2", "test")
+    }
     for repeat in free["repeats"]:
         for candidate in repeat["candidates"]:
             row = rows[candidate["trial_id"]]
@@ -68,8 +71,11 @@ def test_the_uncharged_twin_runs_the_same_candidates_at_the_full_epsilon_scored_
     paid_ids = [c["trial_id"] for r in paid["repeats"] for c in r["candidates"]]
     free_seeds = [rows[c["trial_id"]]["seed"] for r in free["repeats"] for c in r["candidates"]]
     assert len(paid_ids) == len(free_seeds)  # the same candidates, with the same seeds:
-    assert free_seeds == [candidate_seed(0, "dp-sgd", r["repeat"], i)
-                          for r in free["repeats"] for i in range(r["count"])]  # fmt: skip
+    assert free_seeds == [
+        candidate_seed(0, "dp-sgd", r["repeat"], i)
+        for r in free["repeats"]
+        for i in range(r["count"])
+    ]
     md = (arms["uncharged"] / "tuning.md").read_text()
     assert "tuning not charged" in md and "not charged |" in md
 
@@ -79,32 +85,50 @@ def test_each_epsilon_selects_among_its_own_trials(tmp_path):
     scores the trials run at that epsilon. (A selection keyed without the epsilon once read
     the largest epsilon's trials at every epsilon, so the free arm came out identical at
     epsilon 0.5 and 4.)"""
-    config = TuneConfig.model_validate({**BASE, "selection": "uncharged", "epsilons": [0.5, 4.0],
-                                        "count": {"law": "poisson", "mean": 1.0}})  # fmt: skip
+    config = TuneConfig.model_validate(
+        {
+            **BASE,
+            "selection": "uncharged",
+            "epsilons": [0.5, 4.0],
+            "count": {"law": "poisson", "mean": 1.0},
+        }
+    )
     _table, failures = run_private(config, tmp_path / "out", 1, True)
     assert failures == []
     by_eps = {r["epsilon"]: r for r in records(tmp_path / "out")}
     for eps, record in by_eps.items():
-        store = {r["trial_id"]: r for r in finished_rows(
-            tmp_path / "out" / "private" / f"synthetic-eps{eps:g}", "test")}  # fmt: skip
+        store = {
+            r["trial_id"]: r
+            for r in finished_rows(tmp_path / "out" / "private" / f"synthetic-eps{eps:g}", "test")
+        }
         chosen = [c for r in record["repeats"] for c in r["candidates"]]
         assert chosen and all(c["trial_id"] in store for c in chosen)
         assert all(c["val_error"] == store[c["trial_id"]]["val_error"] for c in chosen)
-    low, high = ([c["val_error"] for r in by_eps[e]["repeats"] for c in r["candidates"]]
-                 for e in (0.5, 4.0))  # fmt: skip
+    low, high = (
+        [c["val_error"] for r in by_eps[e]["repeats"] for c in r["candidates"]] for e in (0.5, 4.0)
+    )
     assert low != high
 
 
 def test_an_infeasible_draw_is_a_candidate_that_releases_nothing(tmp_path):
     """A raco-dp draw whose Laplace scale no calibration meets at epsilon 0.3 runs nothing;
     the repeat still releases its best feasible candidate and tune reports no failure."""
-    config = TuneConfig.model_validate({
-        **BASE, "epsilons": [0.3], "selection": "uncharged", "final_seeds": list(range(10)),
-        "count": {"law": "poisson", "mean": 3.0},
-        "methods": [{"name": "raco-dp",
-                     "hparams": {"epochs": 1, "batch_size": 256, "calibrate": "noise"},
-                     "space": {"laplace_scale": [1.0, 2000.0], "knob": [0.1]}}],
-    })  # fmt: skip
+    config = TuneConfig.model_validate(
+        {
+            **BASE,
+            "epsilons": [0.3],
+            "selection": "uncharged",
+            "final_seeds": list(range(10)),
+            "count": {"law": "poisson", "mean": 3.0},
+            "methods": [
+                {
+                    "name": "raco-dp",
+                    "hparams": {"epochs": 1, "batch_size": 256, "calibrate": "noise"},
+                    "space": {"laplace_scale": [1.0, 2000.0], "knob": [0.1]},
+                }
+            ],
+        }
+    )
     _table, failures = run_private(config, tmp_path / "out", 1, True)
     assert failures == []
     repeats = records(tmp_path / "out")[0]["repeats"]
@@ -119,12 +143,18 @@ def test_an_infeasible_draw_is_a_candidate_that_releases_nothing(tmp_path):
 
 
 LEAVE_OUT = {
-    **BASE, "epsilons": [0.3], "selection": "private",
-    "methods": [*BASE["methods"],
-                {"name": "raco-dp", "hparams": {"epochs": 1, "batch_size": 256,
-                                                "calibrate": "noise"},
-                 "space": {"laplace_scale": [1.0], "knob": [0.1]}}],
-}  # fmt: skip
+    **BASE,
+    "epsilons": [0.3],
+    "selection": "private",
+    "methods": [
+        *BASE["methods"],
+        {
+            "name": "raco-dp",
+            "hparams": {"epochs": 1, "batch_size": 256, "calibrate": "noise"},
+            "space": {"laplace_scale": [1.0], "knob": [0.1]},
+        },
+    ],
+}
 
 
 def test_an_uncalibratable_method_refuses_the_tune_unless_left_out(tmp_path):
@@ -145,8 +175,7 @@ def test_an_uncalibratable_method_refuses_the_tune_unless_left_out(tmp_path):
     by_method = {r["method"]: r for r in records(tmp_path / "out")}
     left = by_method["raco-dp"]
     assert "calibrat" in left["left_out"] and left["total_epsilon"] == 0.0
-    assert all(r["candidates"] == [] and r["released"] == {"0.3": None}
-               for r in left["repeats"])  # fmt: skip
+    assert all(r["candidates"] == [] and r["released"] == {"0.3": None} for r in left["repeats"])
     assert sum(r["count"] for r in left["repeats"]) > 0  # drawn, never run
     assert by_method["dp-sgd"]["left_out"] is None
     ran = finished_rows(tmp_path / "out" / "private" / "synthetic-eps0.3", "test")
@@ -161,9 +190,18 @@ def test_an_uncalibratable_method_refuses_the_tune_unless_left_out(tmp_path):
 def test_the_figure_table_has_the_issue_columns_and_pairs_the_arms(arms):
     released = pd.concat([released_frame(arms["private"]), released_frame(arms["uncharged"])])
     table = summary_rows(released)
-    assert list(table.columns[:10]) == ["dataset", "method", "epsilon", "selection",
-                                        "test_error_mean", "ci_low", "ci_high",
-                                        "violation_mean", "satisfied_fraction", "rank"]  # fmt: skip
+    assert list(table.columns[:10]) == [
+        "dataset",
+        "method",
+        "epsilon",
+        "selection",
+        "test_error_mean",
+        "ci_low",
+        "ci_high",
+        "violation_mean",
+        "satisfied_fraction",
+        "rank",
+    ]
     assert table.columns.tolist() == COLUMNS
     assert set(table["selection"]) == {"free", "paid"} and (table["repeats"] == 10).all()
     cost = paired_cost(released)
@@ -182,9 +220,12 @@ def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_
         rows += [
             {"method": "a", "test_error": 0.10, "test_violation": 0.2 if repeat < 2 else 0.01},
             {"method": "b", "test_error": 0.20, "test_violation": 0.01},
-            {"method": "c", "test_error": 0.05 if repeat == 0 else math.nan,
-             "test_violation": 0.01 if repeat == 0 else math.nan},
-        ]  # fmt: skip
+            {
+                "method": "c",
+                "test_error": 0.05 if repeat == 0 else math.nan,
+                "test_violation": 0.01 if repeat == 0 else math.nan,
+            },
+        ]
         for r in rows[-3:]:
             r.update(
                 dataset="d",
@@ -215,12 +256,19 @@ def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_
 
 def test_the_figure_command_writes_the_csv_plot_and_report(arms, cli, tmp_path):
     out = tmp_path / "fig"
-    code, _stdout, stderr = cli("figure", "tuning-cost", str(arms["private"]),
-                               str(arms["uncharged"]), "--out", str(out))  # fmt: skip
+    code, _stdout, stderr = cli(
+        "figure", "tuning-cost", str(arms["private"]), str(arms["uncharged"]), "--out", str(out)
+    )
     assert code == 0, stderr
     names = {p.name for p in out.iterdir()}
-    assert {"tuning-cost.csv", "paired.csv", "winners.csv", "tuning-cost.png",
-            "tuning-cost.pdf", "README.md"} <= names  # fmt: skip
+    assert {
+        "tuning-cost.csv",
+        "paired.csv",
+        "winners.csv",
+        "tuning-cost.png",
+        "tuning-cost.pdf",
+        "README.md",
+    } <= names
     table = pd.read_csv(out / "tuning-cost.csv")
     assert len(table) == 2 and table.columns.tolist() == COLUMNS
     readme = (out / "README.md").read_text()
@@ -248,11 +296,23 @@ def test_a_changed_winner_is_judged_by_its_paired_gap_under_paid_tuning():
     for selection, errors in (("free", {"a": 0.10, "b": 0.12}), ("paid", {"a": 0.20, "b": 0.15})):
         for repeat in range(4):
             for method, error in errors.items():
-                rows.append({"dataset": "d", "method": method, "epsilon": 1.0,
-                             "selection": selection, "tau": 0.05, "repeat": repeat, "count": 2,
-                             "test_error": error, "test_violation": 0.01,
-                             "candidate_epsilon": 0.4, "total_epsilon": 1.0, "accountant": "",
-                             "left_out": None})  # fmt: skip
+                rows.append(
+                    {
+                        "dataset": "d",
+                        "method": method,
+                        "epsilon": 1.0,
+                        "selection": selection,
+                        "tau": 0.05,
+                        "repeat": repeat,
+                        "count": 2,
+                        "test_error": error,
+                        "test_violation": 0.01,
+                        "candidate_epsilon": 0.4,
+                        "total_epsilon": 1.0,
+                        "accountant": "",
+                        "left_out": None,
+                    }
+                )
     released = pd.DataFrame(rows)
     top = winners(summary_rows(released), released).iloc[0]
     assert (top["winner_free"], top["winner_paid"], top["changed"]) == ("a", "b", True)
@@ -269,12 +329,25 @@ def test_a_second_ranking_leaves_out_methods_that_read_a_at_test():
     from fairbench.methods.base import SENSITIVE_MARK
 
     post = "jagielski-post" + SENSITIVE_MARK
-    rows = [{"dataset": "d", "method": method, "epsilon": 1.0, "selection": "paid",
-             "tau": 0.05, "repeat": repeat, "count": 2, "test_error": error,
-             "test_violation": 0.01, "candidate_epsilon": 0.4, "total_epsilon": 1.0,
-             "accountant": "", "left_out": None}
-            for repeat in range(3)
-            for method, error in ((post, 0.1), ("dp-fermi", 0.2))]  # fmt: skip
+    rows = [
+        {
+            "dataset": "d",
+            "method": method,
+            "epsilon": 1.0,
+            "selection": "paid",
+            "tau": 0.05,
+            "repeat": repeat,
+            "count": 2,
+            "test_error": error,
+            "test_violation": 0.01,
+            "candidate_epsilon": 0.4,
+            "total_epsilon": 1.0,
+            "accountant": "",
+            "left_out": None,
+        }
+        for repeat in range(3)
+        for method, error in ((post, 0.1), ("dp-fermi", 0.2))
+    ]
     table = summary_rows(pd.DataFrame(rows)).set_index("method")
     assert table.loc[post, "rank"] == 1 and math.isnan(table.loc[post, "rank_without_a"])
     assert table.loc["dp-fermi", "rank"] == 2 and table.loc["dp-fermi", "rank_without_a"] == 1

@@ -85,8 +85,9 @@ def changed_fields(notion: str, constraint: str) -> tuple[str, ...]:
     return tuple(f for f in ("x", "y", "s") if f not in kept)
 
 
-def altered(split: Split, fields: tuple[str, ...], n_classes: int, n_groups: int,
-            seed: int = 0) -> Split:  # fmt: skip
+def altered(
+    split: Split, fields: tuple[str, ...], n_classes: int, n_groups: int, seed: int = 0
+) -> Split:
     """`split` with the given fields of 10% of its records changed: labels and groups moved
     to the next class and group, features (and regression targets) taken from other records."""
     rng = np.random.default_rng(seed)
@@ -190,9 +191,11 @@ def _canonical(value: Any) -> str:
 
 def _unaccounted(made: Counter[str], fitted: Fitted) -> list[str]:
     accounted = _mechanisms(fitted.ledger.event)
-    return [f"{made[kind]} {kind} releases made, {accounted[kind]} accounted in the ledger"
-            for kind in sorted(set(made) | set(accounted))
-            if made[kind] != accounted[kind]]  # fmt: skip
+    return [
+        f"{made[kind]} {kind} releases made, {accounted[kind]} accounted in the ledger"
+        for kind in sorted(set(made) | set(accounted))
+        if made[kind] != accounted[kind]
+    ]
 
 
 def _mechanisms(event: dp_event.DpEvent) -> Counter[str]:

@@ -44,8 +44,9 @@ def p_value(m: int, guesses: int, correct: int, epsilon: float, delta: float) ->
     return min(1.0, float(beta) + 2 * m * delta * alpha)
 
 
-def epsilon_lower_bound(m: int, guesses: int, correct: int, delta: float,
-                        confidence: float) -> float:  # fmt: skip
+def epsilon_lower_bound(
+    m: int, guesses: int, correct: int, delta: float, confidence: float
+) -> float:
     """The largest epsilon (to 1e-4) whose p-value for the observed guesses is below
     1 - confidence; 0 when even epsilon = 0 is not rejected."""
     level = 1 - confidence
@@ -71,8 +72,10 @@ def _top_guesses(scores: np.ndarray, member: np.ndarray, share: float) -> tuple[
 def choose_share(scores: np.ndarray, member: np.ndarray, delta: float, confidence: float) -> float:
     """The share of canaries to guess "in" (one of `GUESS_SHARES`) that bounds epsilon best on
     these canaries."""
-    bounds = [epsilon_lower_bound(len(scores), *_top_guesses(scores, member, share), delta,
-                                  confidence) for share in GUESS_SHARES]  # fmt: skip
+    bounds = [
+        epsilon_lower_bound(len(scores), *_top_guesses(scores, member, share), delta, confidence)
+        for share in GUESS_SHARES
+    ]
     return GUESS_SHARES[int(np.argmax(bounds))]
 
 

@@ -48,8 +48,12 @@ CANARY_VALUE = 10.0
 CANARY_SALT = 7919  # the stream that draws which canaries a run includes
 THREAT_MODEL = "white-box: every noisy gradient release seen (all iterates)"
 AUDIT_HPARAMS: dict[str, object] = {
-    "batch_size": 1, "calibrate": "noise", "clip_norm": 0.1, "lr": 0.1, "epochs": 1.0,
-}  # fmt: skip
+    "batch_size": 1,
+    "calibrate": "noise",
+    "clip_norm": 0.1,
+    "lr": 0.1,
+    "epochs": 1.0,
+}
 # CGOO's `epochs` is per oracle call: 4 calls of a quarter epoch
 METHOD_HPARAMS: dict[str, dict[str, object]] = {"cgoo": {"epochs": 0.25, "iterations": 4}}
 
@@ -87,14 +91,17 @@ def audit_method(name: str, overrides: dict[str, object] | None = None) -> Metho
     if not cls.private:
         raise ConfigError(f"method {name} is not private: it claims no epsilon to audit")
     if name not in WATCHED:
-        raise ConfigError(f"method {name}: the audit watches {', '.join(WATCHED)} only (no "
-                          "locator for its releases)")  # fmt: skip
+        raise ConfigError(
+            f"method {name}: the audit watches {', '.join(WATCHED)} only (no "
+            "locator for its releases)"
+        )
     fields = cls.Hparams.model_fields
     defaults = {k: v for k, v in AUDIT_HPARAMS.items() if k in fields}
     method = cls(**{**defaults, **METHOD_HPARAMS.get(name, {}), **(overrides or {})})
     if getattr(method.hparams, "model", "logistic") != "logistic":
-        raise ConfigError("the audit's locator reads a logistic model's weight gradient: "
-                          "model must be logistic")  # fmt: skip
+        raise ConfigError(
+            "the audit's locator reads a logistic model's weight gradient: model must be logistic"
+        )
     return method
 
 
@@ -108,9 +115,12 @@ def canary_task(n_rows: int, canaries: int, seed: int = 0) -> Task:
 
     names = tuple(f"canary{i}" for i in range(canaries))
     return dataclasses.replace(
-        base, train=widen(base.train), val=widen(base.val), test=widen(base.test),
+        base,
+        train=widen(base.train),
+        val=widen(base.val),
+        test=widen(base.test),
         feature_names=(*base.feature_names, *names),
-    )  # fmt: skip
+    )
 
 
 def with_canaries(task: Task, member: np.ndarray) -> Task:
@@ -121,11 +131,14 @@ def with_canaries(task: Task, member: np.ndarray) -> Task:
     X = np.zeros((len(rows), task.n_features), dtype=task.train.X.dtype)
     X[np.arange(len(rows)), first + rows] = CANARY_VALUE
     train = task.train
-    return dataclasses.replace(task, train=Split(
-        X=np.vstack([train.X, X]),
-        y=np.append(train.y, np.ones(len(rows), dtype=train.y.dtype)),
-        s=np.append(train.s, np.full(len(rows), task.n_groups - 1, dtype=train.s.dtype)),
-    ))  # fmt: skip
+    return dataclasses.replace(
+        task,
+        train=Split(
+            X=np.vstack([train.X, X]),
+            y=np.append(train.y, np.ones(len(rows), dtype=train.y.dtype)),
+            s=np.append(train.s, np.full(len(rows), task.n_groups - 1, dtype=train.s.dtype)),
+        ),
+    )
 
 
 def audit(
@@ -149,8 +162,11 @@ def audit(
     fairness = fairness or FairnessSpec("demographic_parity")
     task = canary_task(n_rows, canaries, seed)
     first = task.n_features - canaries
-    watch = Watch(WATCHED[method.name], slice(first, task.n_features),
-                  CANARY_VALUE / math.sqrt(CANARY_VALUE**2 + 1))  # fmt: skip
+    watch = Watch(
+        WATCHED[method.name],
+        slice(first, task.n_features),
+        CANARY_VALUE / math.sqrt(CANARY_VALUE**2 + 1),
+    )
     start = time.perf_counter()
     scores, members = [], []
     threads = torch.get_num_threads()
@@ -166,8 +182,22 @@ def audit(
         torch.set_num_threads(threads)
     tuning = np.tile(np.arange(canaries) < canaries // 2, trials)
     bound, guesses, correct, share = bound_from_scores(
-        np.concatenate(scores), np.concatenate(members), tuning, delta, confidence)  # fmt: skip
+        np.concatenate(scores), np.concatenate(members), tuning, delta, confidence
+    )
     variant = "correct" if broken is None else f"broken: {broken}"
-    return AuditResult(method.name, variant, epsilon, delta, trials, canaries, bound,
-                       confidence, THREAT_MODEL, guesses, correct, share,
-                       len(session.observations), time.perf_counter() - start)  # fmt: skip
+    return AuditResult(
+        method.name,
+        variant,
+        epsilon,
+        delta,
+        trials,
+        canaries,
+        bound,
+        confidence,
+        THREAT_MODEL,
+        guesses,
+        correct,
+        share,
+        len(session.observations),
+        time.perf_counter() - start,
+    )

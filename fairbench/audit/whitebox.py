@@ -101,15 +101,21 @@ class AuditSession(PrivacySession):
     def gaussian_sum(
         self, label: str, clip: float, noise_multiplier: float, group: int | None = None
     ) -> WatchedSum:
-        return WatchedSum(self, super().gaussian_sum(label, clip, noise_multiplier, group),
-                          label, clip, noise_multiplier)  # fmt: skip
+        return WatchedSum(
+            self,
+            super().gaussian_sum(label, clip, noise_multiplier, group),
+            label,
+            clip,
+            noise_multiplier,
+        )
 
 
 class WatchedSum:
     """A Gaussian sum mechanism seen by the adversary (and broken, in a broken session)."""
 
-    def __init__(self, session: AuditSession, inner, label: str, clip: float,
-                 noise_multiplier: float) -> None:  # fmt: skip
+    def __init__(
+        self, session: AuditSession, inner, label: str, clip: float, noise_multiplier: float
+    ) -> None:
         self.session, self.inner, self.label, self.clip = session, inner, label, clip
         self.std = noise_multiplier * clip * session.substitution_factor(2.0)
 
@@ -127,9 +133,14 @@ class WatchedSum:
         if self.label in watch.labels:
             columns = torch.as_tensor(noisy[0][:, watch.columns], dtype=torch.float64)
             rate = 1.0 if batch is None or batch.rate is None else batch.rate
-            session.observations.append(Observation(
-                (columns[0] - columns[1]) / math.sqrt(2), self.std, self.clip * watch.share,
-                rate))  # fmt: skip
+            session.observations.append(
+                Observation(
+                    (columns[0] - columns[1]) / math.sqrt(2),
+                    self.std,
+                    self.clip * watch.share,
+                    rate,
+                )
+            )
         return noisy
 
 
@@ -137,8 +148,9 @@ def canary_scores(observations: list[Observation]) -> np.ndarray:
     """Each canary's log-likelihood ratio of "in" over every watched release, with the sign
     of its contribution unknown and the noise std the releases show (see the module text)."""
     z = torch.stack([o.z for o in observations]).numpy()  # (releases, canaries)
-    std, g, q = (np.array([getattr(o, k) for o in observations])[:, None]
-                 for k in ("std", "signal", "rate"))  # fmt: skip
+    std, g, q = (
+        np.array([getattr(o, k) for o in observations])[:, None] for k in ("std", "signal", "rate")
+    )
     std = std * noise_ratio(z / std)
     x = np.abs(z * g / std**2)
     log_cosh = x + np.log1p(np.exp(-2 * x)) - math.log(2)

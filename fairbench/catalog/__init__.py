@@ -37,9 +37,12 @@ def describe(name: str) -> MethodCard | DatasetCard:
         )
     known = sorted(methods()) + sorted(datasets())
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    hint = (f"did you mean {' or '.join(close)}?" if close
-            else f"known: methods {', '.join(sorted(methods()))}; "
-                 f"datasets {', '.join(sorted(datasets()))}")  # fmt: skip
+    hint = (
+        f"did you mean {' or '.join(close)}?"
+        if close
+        else f"known: methods {', '.join(sorted(methods()))}; "
+        f"datasets {', '.join(sorted(datasets()))}"
+    )
     raise ConfigError(f"no method or dataset named {name!r}; {hint} (see `fairbench list`)")
 
 

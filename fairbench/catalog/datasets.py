@@ -124,8 +124,18 @@ def file_statuses(adapter: Dataset, task: Task | None) -> list[FileStatus]:
             ok: bool | None = actual == expected
         else:
             ok = True if rel in read else None
-        rows.append(FileStatus(adapter.name, rel, present, actual, expected, ok, rel in read,
-                               (spec.url or None) if spec is not None else None))  # fmt: skip
+        rows.append(
+            FileStatus(
+                adapter.name,
+                rel,
+                present,
+                actual,
+                expected,
+                ok,
+                rel in read,
+                (spec.url or None) if spec is not None else None,
+            )
+        )
     return rows
 
 

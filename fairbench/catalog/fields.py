@@ -34,10 +34,15 @@ def field_rows(model: type[BaseModel]) -> list[FieldRow]:
     """Every field of `model`, in declaration order."""
     defaults = _resolved_defaults(model)
     return [
-        FieldRow(name, _type_text(info.annotation), defaults.get(name, _plain_default(info)),
-                 _valid_text(info), _meaning(model, name))
+        FieldRow(
+            name,
+            _type_text(info.annotation),
+            defaults.get(name, _plain_default(info)),
+            _valid_text(info),
+            _meaning(model, name),
+        )
         for name, info in model.model_fields.items()
-    ]  # fmt: skip
+    ]
 
 
 def _resolved_defaults(model: type[BaseModel]) -> dict[str, Any]:

@@ -34,8 +34,10 @@ def _print_version(value: bool) -> None:
 
         import fairbench
 
-        print(f"fairbench {fairbench.__version__} (torch {torch.__version__}, "
-              f"python {platform.python_version()})")  # fmt: skip
+        print(
+            f"fairbench {fairbench.__version__} (torch {torch.__version__}, "
+            f"python {platform.python_version()})"
+        )
         raise typer.Exit()
 
 

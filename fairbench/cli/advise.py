@@ -87,15 +87,32 @@ def advise(
         from fairbench.privacy.noise import OPENDP_MISSING
 
         raise ConfigError(f"--secure-noise: {OPENDP_MISSING}")
-    entry = {"csv": str(data), "label": label, "sensitive": sensitive, "missing": missing,
-             **({"positive": positive} if positive is not None else {}),
-             **({"drop": drop} if drop else {}), **({"other": other} if other else {}),
-             **({"bounds": str(bounds)} if bounds else {})}  # fmt: skip
+    entry = {
+        "csv": str(data),
+        "label": label,
+        "sensitive": sensitive,
+        "missing": missing,
+        **({"positive": positive} if positive is not None else {}),
+        **({"drop": drop} if drop else {}),
+        **({"other": other} if other else {}),
+        **({"bounds": str(bounds)} if bounds else {}),
+    }
     say = err_console.print if as_json else console.print
-    request = flow.Request(entry, epsilon, constraint, tau, delta, budget, repeats,
-                           allow_sensitive_at_test, seed, tuple(method or ()),
-                           None if spaces is None else str(spaces), support,
-                           secure_noise)  # fmt: skip
+    request = flow.Request(
+        entry,
+        epsilon,
+        constraint,
+        tau,
+        delta,
+        budget,
+        repeats,
+        allow_sensitive_at_test,
+        seed,
+        tuple(method or ()),
+        None if spaces is None else str(spaces),
+        support,
+        secure_noise,
+    )
     if not quiet:
         say("calibrating the release's private selection to your epsilon (a minute or two)")
     plan = flow.plan(request)
@@ -108,13 +125,15 @@ def advise(
             f"{max_time:g}; lower --repeats or --budget, or raise --max-time"
         )
     out = out or Path(f"advise-{data.stem}")
-    record, table = flow.run_advice(plan, out, workers, quiet or as_json,
-                                    lambda line: say(line, soft_wrap=True))  # fmt: skip
+    record, table = flow.run_advice(
+        plan, out, workers, quiet or as_json, lambda line: say(line, soft_wrap=True)
+    )
     spent = flow.looking_cost(plan, out)
     report = text.write_report(plan, record, table, spent, out)
     if as_json:
-        print(json.dumps(text.advice_json(plan, record, table, spent, out), indent=1,
-                         default=float))  # fmt: skip
+        print(
+            json.dumps(text.advice_json(plan, record, table, spent, out), indent=1, default=float)
+        )
         return
     console.print(text.release_text(plan, record, out), soft_wrap=True)
     console.print(text.exact_text(plan, record, table), soft_wrap=True)

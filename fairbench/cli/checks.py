@@ -46,8 +46,11 @@ def check(
     found = regression.compare(rows, reference)
     for item in found:
         console.print(f"REGRESSION {item}", highlight=False, markup=False, soft_wrap=True)
-    console.print(f"{len(reference['entries'])} series checked against {baseline}: "
-                  f"{len(found)} regression(s)", soft_wrap=True)  # fmt: skip
+    console.print(
+        f"{len(reference['entries'])} series checked against {baseline}: "
+        f"{len(found)} regression(s)",
+        soft_wrap=True,
+    )
     if found:
         raise typer.Exit(1)
 
@@ -95,8 +98,12 @@ def bench(
     for name, seconds in result["step_seconds"].items():
         ratio = result["ratio_to_dp_sgd"][name]
         published = result["ratio_to_published"].get(name)
-        table.add_row(escape(name), f"{seconds * 1e3:.3f}", f"{ratio:.2f}",
-                      "" if published is None else f"{published:.4f}")  # fmt: skip
+        table.add_row(
+            escape(name),
+            f"{seconds * 1e3:.3f}",
+            f"{ratio:.2f}",
+            "" if published is None else f"{published:.4f}",
+        )
     console.print(table)
     for name, seconds in result.get("fit_seconds", {}).items():
         console.print(f"one {name} trial (defaults, ε = 1): {seconds:.1f} s")
@@ -116,8 +123,12 @@ def _bench_device(device: str) -> str:
     resolved = resolve_device(device).type
     if device == "auto" and resolved == "cpu":
         why = "torch has no CUDA support" if torch.version.cuda is None else "no CUDA device"
-        err_console.print(f"note: --device auto: {why} here, timing on the CPU",
-                          highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+        err_console.print(
+            f"note: --device auto: {why} here, timing on the CPU",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     return resolved
 
 
@@ -137,8 +148,9 @@ def _bench_figure(
 
     with tempfile.TemporaryDirectory() as scratch:
         run_dir = Path(scratch) / "run" if keep_run is None else keep_run
-        result = figure_time(figure, run_dir, workers or default_workers(),
-                             step_rounds=rounds, batch_size=batch)  # fmt: skip
+        result = figure_time(
+            figure, run_dir, workers or default_workers(), step_rounds=rounds, batch_size=batch
+        )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{result['figure']}_time.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -156,21 +168,32 @@ def _bench_figure(
 def _print_figure_time(result: dict) -> None:
     wall = result["wall_seconds"]
     step = result["dp_sgd_step_seconds"]
-    console.print(f"{result['figure']}: {result['trials']} trials ({result['failed']} failed) "
-                  f"in {wall:.1f} s ({wall / 60:.1f} min) on {result['workers']} workers, "
-                  f"{result['trials_per_second']:.2f} trials/s", soft_wrap=True)  # fmt: skip
-    console.print(f"DP-SGD step ({step['dataset']}, batch {step['batch_size']}, 1 thread): "
-                  f"{step['before'] * 1e3:.3f} ms before, {step['after'] * 1e3:.3f} ms after, "
-                  f"mean {step['mean'] * 1e3:.3f} ms: the figure costs "
-                  f"{result['wall_in_dp_sgd_steps']:,.0f} DP-SGD steps of wall time",
-                  soft_wrap=True)  # fmt: skip
+    console.print(
+        f"{result['figure']}: {result['trials']} trials ({result['failed']} failed) "
+        f"in {wall:.1f} s ({wall / 60:.1f} min) on {result['workers']} workers, "
+        f"{result['trials_per_second']:.2f} trials/s",
+        soft_wrap=True,
+    )
+    console.print(
+        f"DP-SGD step ({step['dataset']}, batch {step['batch_size']}, 1 thread): "
+        f"{step['before'] * 1e3:.3f} ms before, {step['after'] * 1e3:.3f} ms after, "
+        f"mean {step['mean'] * 1e3:.3f} ms: the figure costs "
+        f"{result['wall_in_dp_sgd_steps']:,.0f} DP-SGD steps of wall time",
+        soft_wrap=True,
+    )
     core = result["core_seconds"]
     table = Table(title=f"where the time went ({result['workers']} workers x wall + report)")
     for col in ("phase", "core seconds", "share"):
         table.add_column(col)
-    names = {"fit": "fit (steps, calibration)", "accounting": "accounting (after fit)",
-             "data": "data", "evaluation": "evaluation", "imports": "imports (workers)",
-             "report": "report", "other": "other (pool, store, idle)"}  # fmt: skip
+    names = {
+        "fit": "fit (steps, calibration)",
+        "accounting": "accounting (after fit)",
+        "data": "data",
+        "evaluation": "evaluation",
+        "imports": "imports (workers)",
+        "report": "report",
+        "other": "other (pool, store, idle)",
+    }
     for phase, label in names.items():
         table.add_row(label, f"{core[phase]['seconds']:.1f}", f"{core[phase]['share']:.1%}")
     table.add_row("total", f"{core['total']:.1f}", "")
@@ -179,9 +202,13 @@ def _print_figure_time(result: dict) -> None:
     for col in ("method", "trials", "trial seconds (sum)", "wall minutes (share)", "accounting s"):
         table.add_column(col)
     for label, m in result["methods"].items():
-        table.add_row(escape(label), str(m["trials"]), f"{m['trial_seconds']:.0f}",
-                      f"{m['wall_seconds_share'] / 60:.1f}",
-                      f"{m['phase_seconds']['accounting']:.1f}")  # fmt: skip
+        table.add_row(
+            escape(label),
+            str(m["trials"]),
+            f"{m['trial_seconds']:.0f}",
+            f"{m['wall_seconds_share'] / 60:.1f}",
+            f"{m['phase_seconds']['accounting']:.1f}",
+        )
     console.print(table)
 
 
@@ -232,8 +259,17 @@ def audit(
     PrivacyBudget(epsilon, delta)  # one clear error for a bad claim before any fit
     plugin = audit_method(method, key_values(set_, "--set", "batch_size=16"))
     _check_knob(plugin, method, knob)
-    result = run_audit(plugin, epsilon, delta, FairnessSpec(constraint, knob), trials, canaries,
-                       confidence, seed=seed, broken=broken and broken.value)  # fmt: skip
+    result = run_audit(
+        plugin,
+        epsilon,
+        delta,
+        FairnessSpec(constraint, knob),
+        trials,
+        canaries,
+        confidence,
+        seed=seed,
+        broken=broken and broken.value,
+    )
     name = method if broken is None else f"{method}, broken: {broken.value}"
     failed = result.flagged if broken is None else not result.flagged
     if as_json:
@@ -249,12 +285,17 @@ def _print_audit(r, name: str) -> None:
     if r.variant == "correct":
         verdict = "EXCEEDS the claim" if r.flagged else "consistent with the claim"
     else:
-        verdict = ("flagged: the audit sees this bug" if r.flagged
-                   else "NOT flagged: raise --trials or --canaries")  # fmt: skip
+        verdict = (
+            "flagged: the audit sees this bug"
+            if r.flagged
+            else "NOT flagged: raise --trials or --canaries"
+        )
     console.print(
         f"{name} at claimed ε = {r.claimed_epsilon:g}, δ = {r.delta:g}: empirical lower bound "
         f"ε ≥ {r.epsilon_lower_bound:.3f} ({r.confidence:.0%} confidence; {r.correct} of "
         f"{r.guesses} guesses right on the test half of {r.trials} × {r.canaries} canaries; "
         f"{r.seconds:.0f} s): {verdict}",
-        highlight=False, markup=False, soft_wrap=True,
-    )  # fmt: skip
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )

@@ -25,28 +25,51 @@ def print_csv_card(adapter, as_json: bool) -> None:
     for key, value in (
         ("file", card["file"]),
         ("sha256", card["sha256"]),
-        ("rows", f"{card['rows']:,} kept of {card['rows_read']:,} read"
-                 + (f"; dropped {dropped}" if dropped else "")),
-        ("missing values", f"{card['missing_policy']} (tokens: "
-                           f"{', '.join(repr(t) for t in card['missing_tokens'])})"),
-        ("label", f"{lab['column']}: {lab['positive']!r} -> 1 ({lab['positive_rows']:,} rows, "
-                  f"rate {lab['positive_rate']:.3f}), {lab['negative']!r} -> 0 "
-                  f"({lab['negative_rows']:,} rows)"),
-        ("preprocessing", "private (public bounds " + str(card["bounds"]) + ")"
-         if card["preprocessing_private"] else "not private (statistics from the data)"),
-    ):  # fmt: skip
+        (
+            "rows",
+            f"{card['rows']:,} kept of {card['rows_read']:,} read"
+            + (f"; dropped {dropped}" if dropped else ""),
+        ),
+        (
+            "missing values",
+            f"{card['missing_policy']} (tokens: "
+            f"{', '.join(repr(t) for t in card['missing_tokens'])})",
+        ),
+        (
+            "label",
+            f"{lab['column']}: {lab['positive']!r} -> 1 ({lab['positive_rows']:,} rows, "
+            f"rate {lab['positive_rate']:.3f}), {lab['negative']!r} -> 0 "
+            f"({lab['negative_rows']:,} rows)",
+        ),
+        (
+            "preprocessing",
+            "private (public bounds " + str(card["bounds"]) + ")"
+            if card["preprocessing_private"]
+            else "not private (statistics from the data)",
+        ),
+    ):
         console.print(f"{key + ':':15s} {value}", highlight=False, markup=False, soft_wrap=True)
     groups = Table(title=f"groups of {card['sensitive']['column']}")
     for col in ("group", "values", "rows", "train rows", "positive rate"):
         groups.add_column(col)
     for g in card["sensitive"]["groups"]:
-        groups.add_row(escape(g["group"]), escape(", ".join(g["values"])), f"{g['rows']:,}",
-                       f"{g['train_rows']:,}", f"{g['positive_rate']:.3f}")  # fmt: skip
+        groups.add_row(
+            escape(g["group"]),
+            escape(", ".join(g["values"])),
+            f"{g['rows']:,}",
+            f"{g['train_rows']:,}",
+            f"{g['positive_rate']:.3f}",
+        )
     console.print(groups)
     columns = Table(title="columns")
     for col in ("column", "role", "why not a feature", "missing", "distinct"):
         columns.add_column(col)
     for c in card["columns"]:
-        columns.add_row(escape(c["column"]), c["role"], escape(c["why"] or ""),
-                        str(c["missing"]), str(c["distinct"]))  # fmt: skip
+        columns.add_row(
+            escape(c["column"]),
+            c["role"],
+            escape(c["why"] or ""),
+            str(c["missing"]),
+            str(c["distinct"]),
+        )
     console.print(columns)

@@ -65,9 +65,14 @@ def list_(
 
 def _method_entry(name: str, cls) -> dict:
     knob = cls.knob if cls.knob is None or isinstance(cls.knob, str) else cls.knob.name
-    return {"name": name, "description": cls.description, "private": cls.private,
-            "knob": knob, "sensitive_at_test": cls.sensitive_at_test,
-            "reconstructed": cls.reconstructed}  # fmt: skip
+    return {
+        "name": name,
+        "description": cls.description,
+        "private": cls.private,
+        "knob": knob,
+        "sensitive_at_test": cls.sensitive_at_test,
+        "reconstructed": cls.reconstructed,
+    }
 
 
 @data_app.command("check")
@@ -125,13 +130,23 @@ def data_check(
 
         if label is None or sensitive is None:
             raise ConfigError("--csv needs --label COL and --sensitive COL")
-        adapter = get_dataset("csv", path=str(csv), label=label, sensitive=sensitive,
-                              positive=positive, numeric=numeric or [],
-                              categorical=categorical or [], drop=drop or [], missing=missing,
-                              groups=key_values(group, "--group", "Asian=other"),
-                              other=other or [], bounds=None if bounds is None else str(bounds),
-                              strict=strict, include_sensitive=include_sensitive,
-                              delimiter=delimiter)  # fmt: skip
+        adapter = get_dataset(
+            "csv",
+            path=str(csv),
+            label=label,
+            sensitive=sensitive,
+            positive=positive,
+            numeric=numeric or [],
+            categorical=categorical or [],
+            drop=drop or [],
+            missing=missing,
+            groups=key_values(group, "--group", "Asian=other"),
+            other=other or [],
+            bounds=None if bounds is None else str(bounds),
+            strict=strict,
+            include_sensitive=include_sensitive,
+            delimiter=delimiter,
+        )
         print_csv_card(adapter, as_json)
         return
     from fairbench.catalog.datasets import file_statuses, load_status
@@ -145,8 +160,15 @@ def data_check(
         checked.append((name, status, problem, task, file_statuses(adapter, task)))
     bad = any(status == "corrupted" for _, status, _, _, _ in checked)
     if as_json:
-        print(json.dumps([entry for name, status, problem, _, files in checked
-                          for entry in _file_entries(name, status, problem, files)]))  # fmt: skip
+        print(
+            json.dumps(
+                [
+                    entry
+                    for name, status, problem, _, files in checked
+                    for entry in _file_entries(name, status, problem, files)
+                ]
+            )
+        )
     else:
         _print_check(checked, data_root())
     if bad:
@@ -157,8 +179,16 @@ def _file_entries(dataset: str, status: str, problem: str | None, files) -> list
     """One object per raw file (path, present, sha256 ok, ...) with its dataset's status; a
     generated dataset, which has no file, gets one object with path null."""
     if not files:
-        return [{"dataset": dataset, "path": None, "present": None, "sha256_ok": None,
-                 "status": status, "problem": problem}]  # fmt: skip
+        return [
+            {
+                "dataset": dataset,
+                "path": None,
+                "present": None,
+                "sha256_ok": None,
+                "status": status,
+                "problem": problem,
+            }
+        ]
     return [{**dataclasses.asdict(f), "status": status, "problem": problem} for f in files]
 
 
@@ -184,8 +214,14 @@ def _print_check(checked, root) -> None:
         rates = [
             f"{group}: {v.mean():.3f}" for group, v in zip(task.group_names, per_group, strict=True)
         ]
-        table.add_row(name, f"[green]{status}[/green]", f"{rows:,}", str(task.n_features),
-                      str(task.n_groups), ", ".join(rates))  # fmt: skip
+        table.add_row(
+            name,
+            f"[green]{status}[/green]",
+            f"{rows:,}",
+            str(task.n_features),
+            str(task.n_groups),
+            ", ".join(rates),
+        )
     console.print(table)
 
 
@@ -234,6 +270,16 @@ def bounds_template(
     inferred roles, ranges left empty for you to fill from public knowledge."""
     from fairbench.datasets.csv_bounds import bounds_template as template
 
-    print(template(csv.absolute(), label, sensitive, numeric=numeric or [],
-                   categorical=categorical or [], drop=drop or [], delimiter=delimiter,
-                   fill_from_data=fill_from_data), end="")  # fmt: skip
+    print(
+        template(
+            csv.absolute(),
+            label,
+            sensitive,
+            numeric=numeric or [],
+            categorical=categorical or [],
+            drop=drop or [],
+            delimiter=delimiter,
+            fill_from_data=fill_from_data,
+        ),
+        end="",
+    )

@@ -37,13 +37,13 @@ def describe(
 def _lines(pairs: list[tuple[str, str]]) -> None:
     width = max(len(k) for k, _ in pairs)
     for key, value in pairs:
-        console.print(f"{key + ':':{width + 1}s} {value}", highlight=False, markup=False,
-                      soft_wrap=True)  # fmt: skip
+        console.print(
+            f"{key + ':':{width + 1}s} {value}", highlight=False, markup=False, soft_wrap=True
+        )
 
 
 def _print_method(card: MethodCard) -> None:
-    console.print(f"{card.name}: {card.description}", highlight=False, markup=False,
-                  soft_wrap=True)  # fmt: skip
+    console.print(f"{card.name}: {card.description}", highlight=False, markup=False, soft_wrap=True)
     knob = card.knob
     if knob is None:
         knob_text = "none (trains for no fairness constraint)"
@@ -57,20 +57,32 @@ def _print_method(card: MethodCard) -> None:
         constraints = ", ".join(card.constraints)
         constraints += "; or a declared rate-constraint set" if card.declared_constraints else ""
         constraints += " (ignored in training: evaluated only)" if card.ignores_fairness else ""
-    _lines([
-        ("paper", card.paper or "(not declared by the plugin)"),
-        ("private", "yes" if card.private else "no"),
-        ("privacy notion", " or ".join(card.privacy_notions) + (
-            " (set by hparams.privacy_notion)" if len(card.privacy_notions) > 1 else "")),
-        ("fairness knob", knob_text),
-        ("constraints", constraints),
-        ("models", ", ".join(card.models)),
-        ("reads A at test", "yes (group-aware post-processing)" if card.sensitive_at_test
-         else "no"),
-        ("reconstructed", card.reconstructed or "no (implemented from a complete specification)"),
-    ])  # fmt: skip
-    _print_fields(card.hyperparameters, f"hyper-parameters (config: methods: - name: "
-                  f"{card.name}, hparams: {{...}})")  # fmt: skip
+    _lines(
+        [
+            ("paper", card.paper or "(not declared by the plugin)"),
+            ("private", "yes" if card.private else "no"),
+            (
+                "privacy notion",
+                " or ".join(card.privacy_notions)
+                + (" (set by hparams.privacy_notion)" if len(card.privacy_notions) > 1 else ""),
+            ),
+            ("fairness knob", knob_text),
+            ("constraints", constraints),
+            ("models", ", ".join(card.models)),
+            (
+                "reads A at test",
+                "yes (group-aware post-processing)" if card.sensitive_at_test else "no",
+            ),
+            (
+                "reconstructed",
+                card.reconstructed or "no (implemented from a complete specification)",
+            ),
+        ]
+    )
+    _print_fields(
+        card.hyperparameters,
+        f"hyper-parameters (config: methods: - name: {card.name}, hparams: {{...}})",
+    )
 
 
 def _print_fields(rows: list[FieldRow], title: str) -> None:
@@ -85,8 +97,7 @@ def _print_fields(rows: list[FieldRow], title: str) -> None:
 
 
 def _print_dataset(card: DatasetCard) -> None:
-    console.print(f"{card.name}: {card.description}", highlight=False, markup=False,
-                  soft_wrap=True)  # fmt: skip
+    console.print(f"{card.name}: {card.description}", highlight=False, markup=False, soft_wrap=True)
     status = {
         "verified": "files present and verified",
         "generated": "generated (no files)",
@@ -101,16 +112,26 @@ def _print_dataset(card: DatasetCard) -> None:
     if s is not None:
         pairs += [
             ("loaded rows", f"{s.rows:,} (features {s.features})"),
-            ("loaded groups", f"{s.sensitive_attribute}: "
-             + ", ".join(f"{g.name} {g.rows:,}" for g in s.groups)),
-            ("loaded label", " / ".join(s.label) + ("" if s.positive_rate is None
-                                              else f" (positive rate {s.positive_rate:.3f})")
-             if s.label else "regression target"),
+            (
+                "loaded groups",
+                f"{s.sensitive_attribute}: " + ", ".join(f"{g.name} {g.rows:,}" for g in s.groups),
+            ),
+            (
+                "loaded label",
+                " / ".join(s.label)
+                + ("" if s.positive_rate is None else f" (positive rate {s.positive_rate:.3f})")
+                if s.label
+                else "regression target",
+            ),
             ("splits (seed 0)", ", ".join(f"{k} {v:,}" for k, v in s.splits.items())),
-        ]  # fmt: skip
+        ]
     else:
-        pairs.append(("loaded counts", "need the data files (see fix)"
-                      if card.status != "generated" else "-"))  # fmt: skip
+        pairs.append(
+            (
+                "loaded counts",
+                "need the data files (see fix)" if card.status != "generated" else "-",
+            )
+        )
     pairs += [("data folder", card.data_root), ("card", card.card_path or "not in this install")]
     _lines(pairs)
     if card.files:
@@ -119,9 +140,14 @@ def _print_dataset(card: DatasetCard) -> None:
             table.add_column(col, overflow="fold")
         for f in card.files:
             ok = {True: "yes", False: "NO: mismatch", None: "-"}[f.sha256_ok]
-            table.add_row(escape(f.path), "yes" if f.present else "no",
-                          (f.sha256 or "-")[:16], (f.expected_sha256 or "none published")[:16],
-                          ok, "yes" if f.read else "")  # fmt: skip
+            table.add_row(
+                escape(f.path),
+                "yes" if f.present else "no",
+                (f.sha256 or "-")[:16],
+                (f.expected_sha256 or "none published")[:16],
+                ok,
+                "yes" if f.read else "",
+            )
         Console(width=max(console.width, 120)).print(table)
     _print_fields(
         card.options, f"options (config: datasets: - name: {card.name}, options: {{...}})"

@@ -56,16 +56,21 @@ def privacy_verify(
     if as_json:
         print(json.dumps([f.__dict__ for f in findings], indent=2, default=str))
     else:
-        checked = sum(f.checks["rdp"] is not None or f.checks["pld_optimistic"] is not None
-                      for f in findings)  # fmt: skip
+        checked = sum(
+            f.checks["rdp"] is not None or f.checks["pld_optimistic"] is not None for f in findings
+        )
         console.print(
             f"{len(findings)} private trials re-accounted, {checked} cross-checked by an "
             f"independent method, {len(flagged)} flagged",
             soft_wrap=True,
         )
         for f in flagged:
-            console.print(f"  {f.trial_id} {f.label}: " + "; ".join(f.problems),
-                          highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+            console.print(
+                f"  {f.trial_id} {f.label}: " + "; ".join(f.problems),
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     if flagged:
         raise typer.Exit(1)
 

@@ -83,8 +83,15 @@ def run(
             warn(message)
         _print_plan(plan, specs, experiment.name, run_dir, as_json)
         return
-    outcome = run_experiment(experiment, run_dir, workers or default_workers(),
-                             quiet or as_json, executor.value, scheduler, warn)  # fmt: skip
+    outcome = run_experiment(
+        experiment,
+        run_dir,
+        workers or default_workers(),
+        quiet or as_json,
+        executor.value,
+        scheduler,
+        warn,
+    )
     summary, report = outcome.summary, outcome.report
     if as_json:
         print(json.dumps(_run_json(run_dir, summary, report, warnings), indent=1))
@@ -156,32 +163,53 @@ def _print_plan(plan, specs, name: str, run_dir: Path, as_json: bool) -> None:
 
     already = run_progress(specs, run_dir)
     if as_json:
-        print(json.dumps({"name": name, "run_dir": str(run_dir), "trials": len(specs),
-                          "already_done": already.done, "estimated_seconds": plan.seconds,
-                          "unestimated_configs": plan.unestimated,
-                          "warnings": plan.warnings, "configs": plan_rows(plan)},
-                         indent=1))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "name": name,
+                    "run_dir": str(run_dir),
+                    "trials": len(specs),
+                    "already_done": already.done,
+                    "estimated_seconds": plan.seconds,
+                    "unestimated_configs": plan.unestimated,
+                    "warnings": plan.warnings,
+                    "configs": plan_rows(plan),
+                },
+                indent=1,
+            )
+        )
         return
     table = Table(title=f"{name}: {len(specs)} trials, calibrated (dry run, nothing written)")
-    for col in ("dataset", "method", "ε", "knobs", "seeds", "trials", "steps / trial",
-                "est. time"):  # fmt: skip
+    for col in ("dataset", "method", "ε", "knobs", "seeds", "trials", "steps / trial", "est. time"):
         table.add_column(col)
     for c in plan.configs:
         eps = "non-private" if c.epsilon is None else f"{c.epsilon:g}"
         steps = "-" if c.steps is None else f"{c.steps:,}"
         knobs = ", ".join(f"{k:g}" for k in c.knobs) or "-"
-        table.add_row(escape(c.dataset), escape(c.label), eps, escape(knobs), str(c.seeds),
-                      str(c.trials), steps, describe_seconds(c.seconds))  # fmt: skip
+        table.add_row(
+            escape(c.dataset),
+            escape(c.label),
+            eps,
+            escape(knobs),
+            str(c.seeds),
+            str(c.trials),
+            steps,
+            describe_seconds(c.seconds),
+        )
     Console(width=max(console.width, 100)).print(table)
     n = plan.unestimated
-    untimed = (f", plus {n} configuration{'s' * (n != 1)} the bench table does not time"
-               if n else "")  # fmt: skip
-    console.print(f"estimated time: {describe_seconds(plan.seconds)} of training steps in one "
-                  f"process{untimed}; from the bench table's CPU step times (Adult, batch 512), "
-                  "an upper estimate: stacking and workers shorten it", soft_wrap=True)  # fmt: skip
+    untimed = f", plus {n} configuration{'s' * (n != 1)} the bench table does not time" if n else ""
+    console.print(
+        f"estimated time: {describe_seconds(plan.seconds)} of training steps in one "
+        f"process{untimed}; from the bench table's CPU step times (Adult, batch 512), "
+        "an upper estimate: stacking and workers shorten it",
+        soft_wrap=True,
+    )
     if already.done or already.failed:
-        console.print(f"{run_dir} already holds {already.done} of them done, "
-                      f"{already.failed} failed", soft_wrap=True)  # fmt: skip
+        console.print(
+            f"{run_dir} already holds {already.done} of them done, {already.failed} failed",
+            soft_wrap=True,
+        )
 
 
 def status(
@@ -200,16 +228,17 @@ def status(
     if as_json:
         print(json.dumps(dataclasses.asdict(progress)))
         return
-    table = Table(title=f"{run_dir}: {progress.done} done, {progress.failed} failed, "
-                        f"{progress.pending} pending")  # fmt: skip
+    table = Table(
+        title=f"{run_dir}: {progress.done} done, {progress.failed} failed, "
+        f"{progress.pending} pending"
+    )
     for col in ("method", "done", "failed", "pending"):
         table.add_column(col)
     for p in progress.labels:
         table.add_row(escape(p.label), str(p.done), str(p.failed), str(p.pending))
     console.print(table)
     for trial_id, error in progress.failures:
-        console.print(f"failed {trial_id}: {error}", highlight=False, markup=False,
-                      soft_wrap=True)  # fmt: skip
+        console.print(f"failed {trial_id}: {error}", highlight=False, markup=False, soft_wrap=True)
 
 
 class ExportFormat(str, Enum):
@@ -233,8 +262,10 @@ def export(
 
     path = out or run_dir / f"trials.{fmt.value}"
     if not path.parent.is_dir():
-        raise ConfigError(f"--out {path}: the directory {path.parent} does not exist; create it "
-                          "or give another path")  # fmt: skip
+        raise ConfigError(
+            f"--out {path}: the directory {path.parent} does not exist; create it "
+            "or give another path"
+        )
     rows = finished_rows(run_dir, "export")
     tmp = path.with_name(path.name + ".tmp")
     writer = write_trials_parquet if fmt is ExportFormat.parquet else write_trials_csv
@@ -263,11 +294,19 @@ def _report_json(report) -> dict:
 
     import pandas as pd
 
-    fields = {k: [str(p) for p in v] if isinstance(v, list) and k != "warnings"
-              else str(v) if isinstance(v, Path) else v
-              for k, v in dataclasses.asdict(report).items()}  # fmt: skip
-    return {**fields, "n_pareto_points": len(pd.read_csv(report.pareto_csv)),
-            "n_figures": len(report.figures)}  # fmt: skip
+    fields = {
+        k: [str(p) for p in v]
+        if isinstance(v, list) and k != "warnings"
+        else str(v)
+        if isinstance(v, Path)
+        else v
+        for k, v in dataclasses.asdict(report).items()
+    }
+    return {
+        **fields,
+        "n_pareto_points": len(pd.read_csv(report.pareto_csv)),
+        "n_figures": len(report.figures),
+    }
 
 
 PRINTED_POINTS = 60  # a longer Pareto table is left to pareto.md
@@ -282,17 +321,33 @@ def _print_pareto(pareto_csv: Path) -> None:
         console.print(f"{len(points)} Pareto points: see the tables in pareto.md")
         return
     table = Table(title="error vs violation (test; mean ± 95% CI over seeds; ★ frontier)")
-    for col in ("dataset", "ε", "method", "knob", "seeds", "test error", "violation", "met",
-                "steps", ""):  # fmt: skip
+    for col in (
+        "dataset",
+        "ε",
+        "method",
+        "knob",
+        "seeds",
+        "test error",
+        "violation",
+        "met",
+        "steps",
+        "",
+    ):
         table.add_column(col, no_wrap=True)
     for r in points.itertuples(index=False):
         met = "" if pd.isna(r.satisfied_fraction) else f"{r.satisfied_k:.0f}/{r.satisfied_n:.0f}"
-        table.add_row(escape(r.dataset), "non-private" if r.epsilon == float("inf") else
-                      f"{r.epsilon:g}", escape(r.label), escape(str(r.knob_values)
-                      if pd.notna(r.knob_values) else ""), str(r.n_seeds),
-                      _mean_ci(r.test_error_mean, r.test_error_ci95),
-                      _mean_ci(r.violation_mean, r.violation_ci95), met,
-                      f"{r.steps_mean:,.0f}", "★" if r.on_frontier else "")  # fmt: skip
+        table.add_row(
+            escape(r.dataset),
+            "non-private" if r.epsilon == float("inf") else f"{r.epsilon:g}",
+            escape(r.label),
+            escape(str(r.knob_values) if pd.notna(r.knob_values) else ""),
+            str(r.n_seeds),
+            _mean_ci(r.test_error_mean, r.test_error_ci95),
+            _mean_ci(r.violation_mean, r.violation_ci95),
+            met,
+            f"{r.steps_mean:,.0f}",
+            "★" if r.on_frontier else "",
+        )
     Console(width=max(console.width, 120)).print(table)  # logs and CI: wider than 80 columns
 
 
@@ -306,8 +361,10 @@ def _print_report(report) -> None:
     _print_pareto(report.pareto_csv)
     console.print(f"trials:  {report.trials_csv} ({report.n_trials} rows)", soft_wrap=True)
     console.print(f"report:  {report.html} (one self-contained page)", soft_wrap=True)
-    console.print(f"tables:  {report.pareto_md} (also paired.md, constraints.md; .tex beside "
-                  "each)", soft_wrap=True)  # fmt: skip
+    console.print(
+        f"tables:  {report.pareto_md} (also paired.md, constraints.md; .tex beside each)",
+        soft_wrap=True,
+    )
     console.print(f"pareto:  {report.pareto_csv}", soft_wrap=True)
     console.print(f"per-seed satisfaction: {report.constraints_csv}", soft_wrap=True)
     for fig in report.figures:

@@ -48,28 +48,41 @@ def tune(
         )
     try:
         if private:
-            table, failures = run_private(spec, out, workers or default_workers(), quiet,
-                                          warn=err_console.print)  # fmt: skip
+            table, failures = run_private(
+                spec, out, workers or default_workers(), quiet, warn=err_console.print
+            )
         else:
-            table, failures = run_tune(spec, out, workers or default_workers(), quiet,
-                                       charge_tuning, warn=err_console.print)  # fmt: skip
+            table, failures = run_tune(
+                spec,
+                out,
+                workers or default_workers(),
+                quiet,
+                charge_tuning,
+                warn=err_console.print,
+            )
     except Interrupted as exc:  # tune resumes by running it again, not by `run --resume`
         exc.resume = f"fairbench tune {config} --out {out}"
         raise
     reached = table["selected"].notna().sum()
     if private:
-        console.print(f"{reached} of {len(table)} (method, target, ε) {spec.selection} "
-                      f"selections released a model → {out / 'tuning.md'}; per repeat in "
-                      f"{out / 'private' / 'selections.json'}")  # fmt: skip
+        console.print(
+            f"{reached} of {len(table)} (method, target, ε) {spec.selection} "
+            f"selections released a model → {out / 'tuning.md'}; per repeat in "
+            f"{out / 'private' / 'selections.json'}"
+        )
     else:
-        console.print(f"{reached} of {len(table)} (method, target, ε) selections reached their "
-                      f"target ({CHARGED_BY_COMPOSITION if charge_tuning else NOT_CHARGED}) → "
-                      f"{out / 'tuning.md'}; run configs in "
-                      f"{out / 'selected'}")  # fmt: skip
+        console.print(
+            f"{reached} of {len(table)} (method, target, ε) selections reached their "
+            f"target ({CHARGED_BY_COMPOSITION if charge_tuning else NOT_CHARGED}) → "
+            f"{out / 'tuning.md'}; run configs in "
+            f"{out / 'selected'}"
+        )
     infeasible = int(table.drop_duplicates(["dataset", "epsilon", "method"])["infeasible"].sum())
     if infeasible:
-        console.print(f"{infeasible} drawn configurations could not be calibrated at their ε "
-                      "(counted against their method's budget; see tuning.md)")  # fmt: skip
+        console.print(
+            f"{infeasible} drawn configurations could not be calibrated at their ε "
+            "(counted against their method's budget; see tuning.md)"
+        )
     for line in failures:
         err_console.print(f"failed {line}")
     if failures:

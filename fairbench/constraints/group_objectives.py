@@ -60,8 +60,9 @@ class Sizes:
     def of(cls, stats: np.ndarray | torch.Tensor, floor: float = 1e-12) -> Sizes:
         """From a statistics vector (noisy ones included; floored to stay positive)."""
         stats = _tensor(stats)
-        return cls(stats[:, POS].sum(dim=1).clamp(min=floor),
-                   stats[:, NEG].sum(dim=1).clamp(min=floor))  # fmt: skip
+        return cls(
+            stats[:, POS].sum(dim=1).clamp(min=floor), stats[:, NEG].sum(dim=1).clamp(min=floor)
+        )
 
     @property
     def groups(self) -> torch.Tensor:
@@ -200,8 +201,9 @@ def cost_sensitive(costs, y, s, n: int):
     return z, (own[:, POS] - own[:, NEG]).abs(), own.min(dim=1).values.sum()
 
 
-def constraint_pieces(name: str, alpha: float, stats: torch.Tensor,
-                      sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def constraint_pieces(
+    name: str, alpha: float, stats: torch.Tensor, sizes: Sizes
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The linear pieces whose maximum is the (unsmoothed) constraint: (values (m,),
     gradients (m, groups, 2, 2)). Demographic parity: r_a - r_b - alpha for every ordered
     pair of groups; equalized odds: the same for true- and false-positive rates; bounded
@@ -229,7 +231,12 @@ def constraint_pieces(name: str, alpha: float, stats: torch.Tensor,
             grads.append(grad)
     else:
         labels = [None] if name == "demographic_parity" else [POS, NEG]
-        grads = [rate_grad(a, label) - rate_grad(b, label)
-                 for label in labels for a in range(k) for b in range(k) if a != b]  # fmt: skip
+        grads = [
+            rate_grad(a, label) - rate_grad(b, label)
+            for label in labels
+            for a in range(k)
+            for b in range(k)
+            if a != b
+        ]
     grads = torch.stack(grads)
     return (grads * stats).sum(dim=(1, 2, 3)) - alpha, grads

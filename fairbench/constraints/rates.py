@@ -38,22 +38,32 @@ class RateConstraintSet:
     def __post_init__(self) -> None:
         n_classes = self.part_table.shape[0]
         checks = [
-            (self.part_table.min() >= 0 and self.part_table.max() < self.n_parts,
-             "the partition table names a part outside [0, Q)"),
-            (set(np.unique(self.part_table)) == set(range(self.n_parts)),
-             "every part of the partition must be reachable from some (label, group)"),
-            (self.term_parts.shape == (len(self.term_owner), self.n_parts),
-             f"term part masks must have shape (terms, {self.n_parts})"),
-            (self.term_weights.shape[-1] == n_classes
-             and self.term_weights.shape[:-1] in ((len(self.term_owner),),
-                                                  (len(self.term_owner), self.n_parts)),
-             f"term weights must have shape (terms, {n_classes}) or (terms, parts, "
-             f"{n_classes}): one weight per class"),
+            (
+                self.part_table.min() >= 0 and self.part_table.max() < self.n_parts,
+                "the partition table names a part outside [0, Q)",
+            ),
+            (
+                set(np.unique(self.part_table)) == set(range(self.n_parts)),
+                "every part of the partition must be reachable from some (label, group)",
+            ),
+            (
+                self.term_parts.shape == (len(self.term_owner), self.n_parts),
+                f"term part masks must have shape (terms, {self.n_parts})",
+            ),
+            (
+                self.term_weights.shape[-1] == n_classes
+                and self.term_weights.shape[:-1]
+                in ((len(self.term_owner),), (len(self.term_owner), self.n_parts)),
+                f"term weights must have shape (terms, {n_classes}) or (terms, parts, "
+                f"{n_classes}): one weight per class",
+            ),
             (self.term_parts.any(axis=1).all(), "every term must name at least one part"),
-            (set(np.unique(self.term_owner)) == set(range(len(self.constraint_names))),
-             "every constraint needs at least one term"),
+            (
+                set(np.unique(self.term_owner)) == set(range(len(self.constraint_names))),
+                "every constraint needs at least one term",
+            ),
             (self.gamma.shape == (len(self.constraint_names),), "one gamma per constraint"),
-        ]  # fmt: skip
+        ]
         for ok, message in checks:
             if not ok:
                 raise ConfigError(f"rate constraint set {self.name!r}: {message}")
@@ -72,9 +82,15 @@ class RateConstraintSet:
 
     def with_gamma(self, gamma: float) -> RateConstraintSet:
         return RateConstraintSet(
-            self.name, self.part_table, self.n_parts, self.term_parts, self.term_weights,
-            self.term_owner, self.constraint_names, np.full(self.n_constraints, float(gamma)),
-        )  # fmt: skip
+            self.name,
+            self.part_table,
+            self.n_parts,
+            self.term_parts,
+            self.term_weights,
+            self.term_owner,
+            self.constraint_names,
+            np.full(self.n_constraints, float(gamma)),
+        )
 
     def histogram(
         self, parts: np.ndarray, predictions: np.ndarray, weight: np.ndarray | None = None
@@ -111,11 +127,15 @@ class RateConstraintSet:
         out = []
         for name, v, g in zip(self.constraint_names, values, self.gamma, strict=True):
             stated = not np.isnan(g)
-            out.append({
-                "name": name, "value": float(v), "gamma": float(g) if stated else None,
-                "violation": float(max(0.0, v - g)) if stated else None,
-                "satisfied": bool(v <= g) if stated else None,
-            })  # fmt: skip
+            out.append(
+                {
+                    "name": name,
+                    "value": float(v),
+                    "gamma": float(g) if stated else None,
+                    "violation": float(max(0.0, v - g)) if stated else None,
+                    "satisfied": bool(v <= g) if stated else None,
+                }
+            )
         return out
 
 
@@ -124,22 +144,27 @@ class TorchRates:
     one set, or from a stack of sets that differ only in gamma (one per trial: trials of a
     stack at different knob values); every method takes optional leading trial axes."""
 
-    def __init__(self, sets: RateConstraintSet | list[RateConstraintSet],
-                 device: torch.device) -> None:  # fmt: skip
+    def __init__(
+        self, sets: RateConstraintSet | list[RateConstraintSet], device: torch.device
+    ) -> None:
         stack = sets if isinstance(sets, list) else [sets]
         cs = stack[0]
         for other in stack[1:]:
-            if not all(np.array_equal(getattr(cs, k), getattr(other, k))
-                       for k in ("term_parts", "term_weights", "term_owner")):  # fmt: skip
+            if not all(
+                np.array_equal(getattr(cs, k), getattr(other, k))
+                for k in ("term_parts", "term_weights", "term_owner")
+            ):
                 raise ValueError("stacked constraint sets must differ only in gamma")
         as_t = lambda a: torch.as_tensor(a, dtype=torch.float32, device=device)  # noqa: E731
         self.parts = as_t(cs.term_parts)
         per_part = cs.term_weights.ndim == 3  # masked to each term's own parts
-        self.weights = as_t(cs.term_parts[:, :, None] * cs.term_weights if per_part
-                            else cs.term_weights)  # fmt: skip
+        self.weights = as_t(
+            cs.term_parts[:, :, None] * cs.term_weights if per_part else cs.term_weights
+        )
         self.owner = torch.as_tensor(cs.term_owner, dtype=torch.int64, device=device)
-        self.gamma = as_t(np.stack([c.gamma for c in stack]) if isinstance(sets, list)
-                          else cs.gamma)  # fmt: skip
+        self.gamma = as_t(
+            np.stack([c.gamma for c in stack]) if isinstance(sets, list) else cs.gamma
+        )
         self.n_constraints = cs.n_constraints
 
     def sizes(self, hist: torch.Tensor, floor: float) -> torch.Tensor:

@@ -35,9 +35,16 @@ from fairbench.errors import DataError
 from fairbench.task import Task
 
 RACES = (
-    "White", "Black", "American Indian", "Alaska Native", "AIAN tribes specified", "Asian",
-    "Native Hawaiian / Pacific Islander", "Some other race", "Two or more races",
-)  # fmt: skip
+    "White",
+    "Black",
+    "American Indian",
+    "Alaska Native",
+    "AIAN tribes specified",
+    "Asian",
+    "Native Hawaiian / Pacific Islander",
+    "Some other race",
+    "Two or more races",
+)
 NUMERIC = {"employment": ["AGEP"], "income": ["AGEP", "WKHP"]}
 RENAMED = {"RELP": "RELSHIPP"}  # 2019 on
 
@@ -78,8 +85,11 @@ class ACS(Dataset):
         from folktables.load_acs import _STATE_CODES
 
         o = self.options
-        name = (f"psam_p{_STATE_CODES[o.state]}.csv" if o.year >= 2017
-                else f"ss{str(o.year)[-2:]}p{o.state.lower()}.csv")  # fmt: skip
+        name = (
+            f"psam_p{_STATE_CODES[o.state]}.csv"
+            if o.year >= 2017
+            else f"ss{str(o.year)[-2:]}p{o.state.lower()}.csv"
+        )
         return f"acs/{o.year}/{o.horizon}/{name}"
 
     def locate(self, root: Path | None = None) -> dict[str, Path]:
@@ -105,8 +115,9 @@ class ACS(Dataset):
 
         root = data_root() if root is None else root
         o = self.options
-        source = ACSDataSource(survey_year=str(o.year), horizon=o.horizon, survey="person",
-                               root_dir=str(root / "acs"))  # fmt: skip
+        source = ACSDataSource(
+            survey_year=str(o.year), horizon=o.horizon, survey="person", root_dir=str(root / "acs")
+        )
         source.get_data(states=[o.state], download=True)
         return [root / self.relative_path()]
 
@@ -127,10 +138,16 @@ class ACS(Dataset):
                 f"{renamed[0]}, so survey years after 2018 are not supported"
             )
         if missing:
-            raise DataError(f"acs: {path} lacks column(s) {', '.join(missing)}; it is not a "
-                            "PUMS person file: fetch it again")  # fmt: skip
-        source = ACSDataSource(survey_year=str(o.year), horizon=o.horizon, survey="person",
-                               root_dir=str(path.parents[2]))  # fmt: skip
+            raise DataError(
+                f"acs: {path} lacks column(s) {', '.join(missing)}; it is not a "
+                "PUMS person file: fetch it again"
+            )
+        source = ACSDataSource(
+            survey_year=str(o.year),
+            horizon=o.horizon,
+            survey="person",
+            root_dir=str(path.parents[2]),
+        )
         raw = source.get_data(states=[o.state], download=False)
         features, label, _ = problem.df_to_pandas(raw)
         sensitive, other = ("RAC1P", "SEX") if o.sensitive == "race" else ("SEX", "RAC1P")

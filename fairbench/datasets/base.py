@@ -149,8 +149,11 @@ def unit_split(
         n_test = min(len(order) - 2, int(np.searchsorted(done, TEST_FRACTION * done[-1])) + 1)
         rest = done[n_test:] - done[n_test - 1]
         n_val = min(len(rest) - 1, int(np.searchsorted(rest, VAL_FRACTION * rest[-1])) + 1)
-        for part, chosen in zip(parts, (order[n_test + n_val :], order[n_test : n_test + n_val],
-                                        order[:n_test]), strict=True):  # fmt: skip
+        for part, chosen in zip(
+            parts,
+            (order[n_test + n_val :], order[n_test : n_test + n_val], order[:n_test]),
+            strict=True,
+        ):
             part.append(np.flatnonzero(np.isin(units, chosen)))
     train, val, test = (np.sort(np.concatenate(p)) for p in parts)
     return train, val, test
@@ -252,8 +255,9 @@ def build_task(
     else:
         y = np.asarray(y, dtype=np.float64)
         strata = s
-    (train, val, test), preprocessing = split_rows(strata, seed, preprocessing, name,
-                                                   bool(label_names), split)  # fmt: skip
+    (train, val, test), preprocessing = split_rows(
+        strata, seed, preprocessing, name, bool(label_names), split
+    )
     _check_groups(name, s, group_names, {"train": train, "validation": val, "test": test})
     X = _features(numeric, categorical, train)
     feature_names = (*numeric.columns, *categorical.columns)
@@ -270,9 +274,14 @@ def build_task(
         label_names=tuple(label_names),
         group_names=tuple(group_names),
         sensitive_name=sensitive_name,
-        provenance=Provenance(dataset=name, version=version, sha256=dict(sha256),
-                              preprocessing=_recorded(preprocessing), split_seed=seed),
-    )  # fmt: skip
+        provenance=Provenance(
+            dataset=name,
+            version=version,
+            sha256=dict(sha256),
+            preprocessing=_recorded(preprocessing),
+            split_seed=seed,
+        ),
+    )
 
 
 def split_rows(
@@ -292,8 +301,7 @@ def split_rows(
     if preprocessing.get("n_train") is not None and (
         "train_rows_before_subsample" not in preprocessing
     ):
-        train, preprocessing = _subsampled(train, strata, preprocessing, seed, name,
-                                           classification)  # fmt: skip
+        train, preprocessing = _subsampled(train, strata, preprocessing, seed, name, classification)
     return (train, val, test), preprocessing
 
 

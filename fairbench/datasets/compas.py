@@ -92,8 +92,12 @@ def check_values(frame: pd.DataFrame, path: Path) -> None:
             f"compas: {path} has empty {', '.join(empty)} in kept rows; the file is corrupted: "
             "run `fairbench data fetch compas`"
         )
-    for col, vocab in (("c_charge_degree", DEGREES), ("sex", SEXES), ("race", RACES),
-                       (LABEL, [0, 1])):  # fmt: skip
+    for col, vocab in (
+        ("c_charge_degree", DEGREES),
+        ("sex", SEXES),
+        ("race", RACES),
+        (LABEL, [0, 1]),
+    ):
         unknown = set(frame[col].unique()) - set(vocab)
         if unknown:
             raise DataError(

@@ -34,11 +34,12 @@ from fairbench.task import Task
 LABEL = "default payment next month"
 PAY = ("PAY_0", "PAY_2", "PAY_3", "PAY_4", "PAY_5", "PAY_6")
 AMOUNTS = (
-    "LIMIT_BAL", "AGE", *(f"BILL_AMT{i}" for i in range(1, 7)),
+    "LIMIT_BAL",
+    "AGE",
+    *(f"BILL_AMT{i}" for i in range(1, 7)),
     *(f"PAY_AMT{i}" for i in range(1, 7)),
-)  # fmt: skip
-COLUMNS = ("ID", "LIMIT_BAL", "SEX", "EDUCATION", "MARRIAGE", "AGE", *PAY,
-           *AMOUNTS[2:], LABEL)  # fmt: skip
+)
+COLUMNS = ("ID", "LIMIT_BAL", "SEX", "EDUCATION", "MARRIAGE", "AGE", *PAY, *AMOUNTS[2:], LABEL)
 VALUES_SHA256 = "7d0c12ad5a87c1ba4b09d18a85664be31614e173fe5fb6feca9bfb568e3f6749"
 UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases/00350"
 CSV = DataFile(

@@ -61,14 +61,17 @@ def load_bounds(path: Path) -> Bounds:
         ok = isinstance(pair, list) and len(pair) == 2
         ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
         if not ok or not pair[0] < pair[1]:
-            raise DataError(f"csv: bounds {path}: numeric.{col} is {pair!r}; give [low, high] "
-                            "with low < high, from public knowledge")  # fmt: skip
+            raise DataError(
+                f"csv: bounds {path}: numeric.{col} is {pair!r}; give [low, high] "
+                "with low < high, from public knowledge"
+            )
         numeric[str(col)] = (float(pair[0]), float(pair[1]))
     categorical = {}
     for col, values in (data.get("categorical") or {}).items():
         if not isinstance(values, list) or not values:
-            raise DataError(f"csv: bounds {path}: categorical.{col} is {values!r}; list its "
-                            "possible values")  # fmt: skip
+            raise DataError(
+                f"csv: bounds {path}: categorical.{col} is {values!r}; list its possible values"
+            )
         categorical[str(col)] = tuple(str(v) for v in values)
     if not numeric and not categorical:
         raise DataError(f"csv: bounds {path} declares no feature")
@@ -105,8 +108,13 @@ def bounds_template(
     """A bounds file to edit for a CSV: its feature columns as `infer_roles` (with the
     overrides) gives them, ranges empty, or filled from the data with a loud comment."""
     frame = read_csv_file(csv_path, delimiter).frame
-    wanted = {"label": [label], "sensitive": [sensitive], "numeric": numeric,
-              "categorical": categorical, "drop": drop}  # fmt: skip
+    wanted = {
+        "label": [label],
+        "sensitive": [sensitive],
+        "numeric": numeric,
+        "categorical": categorical,
+        "drop": drop,
+    }
     require_columns(frame.columns, wanted, csv_path)
     features = [c for c in frame.columns if c not in {label, sensitive, *drop}]
     roles = infer_roles(frame, features, numeric, categorical, csv_path)

@@ -166,8 +166,13 @@ class CsvFile(Dataset):
         bounds = load_bounds(Path(o.bounds)) if o.bounds is not None else None
         table = read_csv_file(path, o.delimiter)
         frame = table.frame
-        declared = {"label": [o.label], "sensitive": [o.sensitive], "numeric": o.numeric,
-                    "categorical": o.categorical, "drop": o.drop}  # fmt: skip
+        declared = {
+            "label": [o.label],
+            "sensitive": [o.sensitive],
+            "numeric": o.numeric,
+            "categorical": o.categorical,
+            "drop": o.drop,
+        }
         if bounds is not None:
             declared[f"bounds ({bounds.path.name})"] = [*bounds.numeric, *bounds.categorical]
         require_columns(frame.columns, declared, path)
@@ -185,20 +190,37 @@ class CsvFile(Dataset):
             frame = frame[complete].reset_index(drop=True)
             if frame.empty:
                 counts = ", ".join(f"{c}: {n}" for c, n in missing.items())
-                raise DataError(f"csv: {path}: every row misses a feature value ({counts}); "
-                                "use `missing: impute` or drop those columns")  # fmt: skip
+                raise DataError(
+                    f"csv: {path}: every row misses a feature value ({counts}); "
+                    "use `missing: impute` or drop those columns"
+                )
         try:
             label = binarise(frame[o.label], o.label, o.positive, path)
-            s, group_names, group_of = group_codes(frame[o.sensitive], o.sensitive, o.groups,
-                                                   o.other, path)  # fmt: skip
+            s, group_names, group_of = group_codes(
+                frame[o.sensitive], o.sensitive, o.groups, o.other, path
+            )
         except DataError as exc:  # say what was dropped first: it may be why
             dropped_now = {why: n for why, n in dropped.items() if n}
             if not dropped_now:
                 raise
-            raise DataError(f"{exc} (after dropping {_counts(dropped_now)} of {rows_read} "
-                            "rows)") from None  # fmt: skip
-        return Profile(path, sha256_of(path), rows_read, frame, roles, label, s, group_names,
-                       group_of, dropped, missing, table.duplicates, bounds)  # fmt: skip
+            raise DataError(
+                f"{exc} (after dropping {_counts(dropped_now)} of {rows_read} rows)"
+            ) from None
+        return Profile(
+            path,
+            sha256_of(path),
+            rows_read,
+            frame,
+            roles,
+            label,
+            s,
+            group_names,
+            group_of,
+            dropped,
+            missing,
+            table.duplicates,
+            bounds,
+        )
 
     def train_group_sizes(self) -> list[int]:
         """Training rows per group. The split's per-stratum counts, and `n_train`'s
@@ -213,17 +235,24 @@ class CsvFile(Dataset):
         p = self.profile
         out = [f"csv {p.path.name}: {text}" for text in [p.roles.notice()] if text]
         if p.duplicates:
-            out.append(f"csv {p.path.name}: header(s) {', '.join(p.duplicates)} appear twice "
-                       "with identical values; each is kept once")  # fmt: skip
+            out.append(
+                f"csv {p.path.name}: header(s) {', '.join(p.duplicates)} appear twice "
+                "with identical values; each is kept once"
+            )
         dropped = {why: n for why, n in p.rows_dropped.items() if n}
         if dropped:
             out.append(f"csv {p.path.name}: dropped {_counts(dropped)} of {p.rows_read} rows")
-        small = [(g, n) for g, n in zip(p.group_names, self.train_group_sizes(), strict=True)
-                 if n < MIN_GROUP_TRAIN]  # fmt: skip
+        small = [
+            (g, n)
+            for g, n in zip(p.group_names, self.train_group_sizes(), strict=True)
+            if n < MIN_GROUP_TRAIN
+        ]
         if small:
-            text = (f"csv {p.path.name}: group(s) with under {MIN_GROUP_TRAIN} training rows: "
-                    f"{', '.join(f'{g!r} ({n})' for g, n in small)}; their rates are noisy: "
-                    "merge them (`other: [...]` or `groups: {VALUE: NAME}`)")  # fmt: skip
+            text = (
+                f"csv {p.path.name}: group(s) with under {MIN_GROUP_TRAIN} training rows: "
+                f"{', '.join(f'{g!r} ({n})' for g, n in small)}; their rates are noisy: "
+                "merge them (`other: [...]` or `groups: {VALUE: NAME}`)"
+            )
             if self.options.strict:
                 raise DataError(f"{text} (strict: true)")
             out.append(text)
@@ -234,8 +263,9 @@ class CsvFile(Dataset):
     def load(self, seed: int, root: Path | None = None) -> Task:
         p = self.profile
         given = independent_split(len(p.s), seed) if self.options.split == "per-record" else None
-        (train, val, test), record = split_rows(self._strata(p), seed, self._record(p),
-                                                self.name, True, given)  # fmt: skip
+        (train, val, test), record = split_rows(
+            self._strata(p), seed, self._record(p), self.name, True, given
+        )
         if p.bounds is not None:
             numeric, categorical = (
                 pd.DataFrame(index=p.frame.index),
@@ -272,8 +302,11 @@ class CsvFile(Dataset):
     def _record(self, p: Profile) -> dict[str, Any]:
         """The provenance's preprocessing record: options, rows, roles and their privacy."""
         private = p.bounds is not None
-        scaling = (f"public bounds from {p.bounds.path.name}: clipped, scaled to [-1, 1]"
-                   if private else "training-split statistics (not private)")  # fmt: skip
+        scaling = (
+            f"public bounds from {p.bounds.path.name}: clipped, scaled to [-1, 1]"
+            if private
+            else "training-split statistics (not private)"
+        )
         return {
             **self.options.model_dump(),
             "file": str(p.path),
@@ -306,12 +339,16 @@ def _check_declarations(o: CsvOptions, bounds: Bounds | None, path: Path) -> Non
     if bounds is not None:
         listed = {*bounds.numeric, *bounds.categorical}
         if o.label in listed:
-            raise DataError(f"csv: bounds {bounds.path}: lists the label {o.label!r}; the label "
-                            "is not a feature")  # fmt: skip
+            raise DataError(
+                f"csv: bounds {bounds.path}: lists the label {o.label!r}; the label "
+                "is not a feature"
+            )
         if o.sensitive in listed and not o.include_sensitive:
-            raise DataError(f"csv: bounds {bounds.path}: lists the sensitive column "
-                            f"{o.sensitive!r}; set `include_sensitive: true` to make it an "
-                            "input, or remove it")  # fmt: skip
+            raise DataError(
+                f"csv: bounds {bounds.path}: lists the sensitive column "
+                f"{o.sensitive!r}; set `include_sensitive: true` to make it an "
+                "input, or remove it"
+            )
 
 
 def _roles(frame: pd.DataFrame, o: CsvOptions, bounds: Bounds | None, path: Path) -> Roles:

@@ -46,9 +46,15 @@ def read_csv_file(path: Path, delimiter: str = ",") -> CsvTable:
     if len(header) == 1:
         raise DataError(_one_column(path, header[0], delimiter))
     try:
-        frame = pd.read_csv(path, sep=delimiter, dtype=str, keep_default_na=False,
-                            na_values=list(MISSING_TOKENS), skipinitialspace=True,
-                            encoding="utf-8-sig")  # fmt: skip
+        frame = pd.read_csv(
+            path,
+            sep=delimiter,
+            dtype=str,
+            keep_default_na=False,
+            na_values=list(MISSING_TOKENS),
+            skipinitialspace=True,
+            encoding="utf-8-sig",
+        )
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         detail = str(exc).strip().splitlines()[-1]
         raise DataError(
@@ -66,11 +72,15 @@ def _one_column(path: Path, name: str, delimiter: str) -> str:
     shown = {"\t": "\\t"}
     if found:
         other = shown.get(found[0], found[0])
-        return (f"csv: {path} has one column with delimiter {delimiter!r}, but its header "
-                f"contains {other!r}: the file is {other!r}-separated; set `delimiter: "
-                f"'{other}'` (--delimiter '{other}')")  # fmt: skip
-    return (f"csv: {path} has one column with delimiter {delimiter!r}; a dataset needs a label, "
-            "a sensitive column and features: check the delimiter (`delimiter:`)")  # fmt: skip
+        return (
+            f"csv: {path} has one column with delimiter {delimiter!r}, but its header "
+            f"contains {other!r}: the file is {other!r}-separated; set `delimiter: "
+            f"'{other}'` (--delimiter '{other}')"
+        )
+    return (
+        f"csv: {path} has one column with delimiter {delimiter!r}; a dataset needs a label, "
+        "a sensitive column and features: check the delimiter (`delimiter:`)"
+    )
 
 
 def _collapse_duplicates(frame: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
@@ -100,8 +110,9 @@ def require_columns(columns: Iterable[str], wanted: dict[str, Iterable[str]], pa
     for option, names in wanted.items():
         for name in names:
             if name not in present:
-                raise DataError(f"csv: {path}: {option} column {name!r} not found; "
-                                f"{closest(name, present)}")  # fmt: skip
+                raise DataError(
+                    f"csv: {path}: {option} column {name!r} not found; {closest(name, present)}"
+                )
 
 
 def closest(name: str, candidates: list[str]) -> str:

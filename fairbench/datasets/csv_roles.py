@@ -178,8 +178,10 @@ def group_codes(
     present = set(values.unique())
     for value in [*names, *other]:
         if value not in present:
-            raise DataError(f"csv: {path}: sensitive column {column!r} has no value {value!r} "
-                            f"(groups:/other:); {closest(value, sorted(present))}")  # fmt: skip
+            raise DataError(
+                f"csv: {path}: sensitive column {column!r} has no value {value!r} "
+                f"(groups:/other:); {closest(value, sorted(present))}"
+            )
     # merged values join a value already called other (any case), else a group "other"
     merged = next((v for v in sorted(present) if v.lower() == "other" and v not in other), "other")
     mapping = {v: merged if v in other else names.get(v, v) for v in sorted(present)}

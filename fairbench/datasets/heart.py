@@ -22,12 +22,27 @@ from fairbench.task import Task
 
 LABEL = "HeartDiseaseorAttack"
 NUMERIC = ("BMI", "MentHlth", "PhysHlth")
-CODES = {"GenHlth": range(1, 6), "Age": range(1, 14), "Education": range(1, 7),
-         "Income": range(1, 9), "Diabetes": range(0, 3)}  # fmt: skip
+CODES = {
+    "GenHlth": range(1, 6),
+    "Age": range(1, 14),
+    "Education": range(1, 7),
+    "Income": range(1, 9),
+    "Diabetes": range(0, 3),
+}
 BINARY = (
-    "HighBP", "HighChol", "CholCheck", "Smoker", "Stroke", "PhysActivity", "Fruits",
-    "Veggies", "HvyAlcoholConsump", "AnyHealthcare", "NoDocbcCost", "DiffWalk",
-)  # fmt: skip
+    "HighBP",
+    "HighChol",
+    "CholCheck",
+    "Smoker",
+    "Stroke",
+    "PhysActivity",
+    "Fruits",
+    "Veggies",
+    "HvyAlcoholConsump",
+    "AnyHealthcare",
+    "NoDocbcCost",
+    "DiffWalk",
+)
 COLUMNS = (LABEL, *NUMERIC, *CODES, *BINARY, "Sex")
 SOURCE = "https://www.kaggle.com/datasets/alexteboul/heart-disease-health-indicators-dataset"
 

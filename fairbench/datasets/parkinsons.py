@@ -39,10 +39,23 @@ from fairbench.task import Task
 
 UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases/parkinsons/telemonitoring"
 VOICE = (
-    "Jitter(%)", "Jitter(Abs)", "Jitter:RAP", "Jitter:PPQ5", "Jitter:DDP", "Shimmer",
-    "Shimmer(dB)", "Shimmer:APQ3", "Shimmer:APQ5", "Shimmer:APQ11", "Shimmer:DDA", "NHR",
-    "HNR", "RPDE", "DFA", "PPE",
-)  # fmt: skip
+    "Jitter(%)",
+    "Jitter(Abs)",
+    "Jitter:RAP",
+    "Jitter:PPQ5",
+    "Jitter:DDP",
+    "Shimmer",
+    "Shimmer(dB)",
+    "Shimmer:APQ3",
+    "Shimmer:APQ5",
+    "Shimmer:APQ11",
+    "Shimmer:DDA",
+    "NHR",
+    "HNR",
+    "RPDE",
+    "DFA",
+    "PPE",
+)
 COLUMNS = ("subject#", "age", "sex", "test_time", "motor_UPDRS", "total_UPDRS", *VOICE)
 
 

@@ -105,8 +105,12 @@ class Synthetic(Dataset):
             w = rng.normal(size=o.n_features - 1)
             w /= np.linalg.norm(w)
             X[:, -1] += o.group_shift * (s > 0)  # the proxy: group membership, no label signal
-            logit = (2.0 * X[:, :-1] @ w + o.intercept - o.base_rate_gap * (s > 0)
-                     + o.label_noise * rng.normal(size=n))  # fmt: skip
+            logit = (
+                2.0 * X[:, :-1] @ w
+                + o.intercept
+                - o.base_rate_gap * (s > 0)
+                + o.label_noise * rng.normal(size=n)
+            )
             y = (logit > 0).astype(np.int64)
             labels = ("negative", "positive")
         return build_task(

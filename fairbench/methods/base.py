@@ -169,8 +169,13 @@ class Fitted:
             return self._softmax(self.model, X)
         probabilities = self.component_probabilities(X)
         votes = probabilities.argmax(axis=2)
-        return np.stack([np.average(votes == c, axis=0, weights=self.weights)
-                         for c in range(probabilities.shape[2])], 1)  # fmt: skip
+        return np.stack(
+            [
+                np.average(votes == c, axis=0, weights=self.weights)
+                for c in range(probabilities.shape[2])
+            ],
+            1,
+        )
 
     def predict(
         self, X: np.ndarray, seed: int | None = None, s: np.ndarray | None = None
@@ -187,8 +192,11 @@ class Fitted:
             return (np.random.default_rng(seed).random(len(one)) < one).astype(np.int64)
         votes = self.component_predictions(X)
         rng = np.random.default_rng(seed)
-        drawn = (rng.integers(0, len(votes), size=votes.shape[1]) if self.weights is None
-                 else rng.choice(len(votes), size=votes.shape[1], p=self.weights))  # fmt: skip
+        drawn = (
+            rng.integers(0, len(votes), size=votes.shape[1])
+            if self.weights is None
+            else rng.choice(len(votes), size=votes.shape[1], p=self.weights)
+        )
         return votes[drawn, np.arange(votes.shape[1])]
 
     @torch.no_grad()
@@ -265,8 +273,9 @@ class Method(ABC):
         if self.private and privacy is None:
             raise ConfigError(f"method {self.name} is private: give it a target epsilon")
         if session is None:
-            session = PrivacySession(seed, resolve_device(device), privacy if self.private
-                                     else None)  # fmt: skip
+            session = PrivacySession(
+                seed, resolve_device(device), privacy if self.private else None
+            )
         return self.fit_stack([Trial(task, fairness, session)])[0]
 
     def fit_stack(self, trials: list[Trial]) -> list[Fitted]:

@@ -164,9 +164,14 @@ class Game:
     `move(t)` plays iteration t up to the oracle's targets and weights (`relabel`), reading
     nothing on the host; `report()` brings the trace and G to the host once, at the end."""
 
-    def __init__(self, hp: CGOOHparams, constraint: str, alpha: float,
-                 statistics: Callable[[], torch.Tensor],
-                 relabel: Callable[[torch.Tensor], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        hp: CGOOHparams,
+        constraint: str,
+        alpha: float,
+        statistics: Callable[[], torch.Tensor],
+        relabel: Callable[[torch.Tensor], None],
+    ) -> None:
         self.hp, self.constraint, self.alpha = hp, constraint, alpha
         self.statistics, self.relabel = statistics, relabel
         self.components: list[nn.Module] = []
@@ -195,8 +200,7 @@ class Game:
             self.big_g = (alpha + norm * math.sqrt(f_grad.numel())) / alpha
         if hp.play == "dual":  # a multiplier per linear piece of g, projected ascent on the
             # latest component's piece values (its move in the Lagrangian game)
-            values, _ = go.constraint_pieces(self.constraint, alpha, latest,
-                                             go.Sizes.of(latest))  # fmt: skip
+            values, _ = go.constraint_pieces(self.constraint, alpha, latest, go.Sizes.of(latest))
             self.lam = (
                 torch.zeros_like(values)
                 if self.lam is None or t == 0
@@ -212,8 +216,10 @@ class Game:
 
     def report(self) -> tuple[list[dict], float]:
         """(trace, G) on the host."""
-        trace = [{"f": float(f), "g": float(g), "lambda": None if lam is None else float(lam)}
-                 for f, g, lam in self.trace]  # fmt: skip
+        trace = [
+            {"f": float(f), "g": float(g), "lambda": None if lam is None else float(lam)}
+            for f, g, lam in self.trace
+        ]
         return trace, float(self.big_g)
 
 
@@ -232,8 +238,14 @@ class CGOO(Method):
         "arXiv:1906.09613"
     )
     constraints = CONSTRAINTS
-    knob = Knob("alpha", "allowed violation of the constraint g", Direction.LOOSER, low=0.0,
-                low_inclusive=False, rate_tolerance=True)  # fmt: skip
+    knob = Knob(
+        "alpha",
+        "allowed violation of the constraint g",
+        Direction.LOOSER,
+        low=0.0,
+        low_inclusive=False,
+        rate_tolerance=True,
+    )
     Hparams = CGOOHparams
     hparams: CGOOHparams
 
@@ -245,23 +257,31 @@ class CGOO(Method):
         steps = max(1, round(hp.epochs / q))
         if not self.private:
             return Schedule(q, steps), 0.0
-        single = calibrate_noise_multiplier(1.0, 1, hp.count_share * privacy.epsilon,
-                                            privacy.delta)  # fmt: skip
+        single = calibrate_noise_multiplier(1.0, 1, hp.count_share * privacy.epsilon, privacy.delta)
         count_std = single * math.sqrt(hp.iterations)  # T releases compose to `single`
         counts = dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(count_std), hp.iterations)
         total = steps * hp.iterations
-        sigma = calibrate_noise_multiplier(q, total, privacy.epsilon, privacy.delta, None,
-                                           StepShape(extra=counts))  # fmt: skip
+        sigma = calibrate_noise_multiplier(
+            q, total, privacy.epsilon, privacy.delta, None, StepShape(extra=counts)
+        )
         return Schedule(q, steps, sigma, "noise_multiplier"), count_std
 
     def plan(self, schedule: Schedule, count_std: float) -> PrivacyLedger:
         """T count releases and T * steps oracle steps."""
         plan, hp = PrivacyLedger(), self.hparams
         if self.private:
-            plan.record(ORACLE, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
-                                          schedule.steps * hp.iterations))  # fmt: skip
-            plan.record(COUNTS, dp_event.SelfComposedDpEvent(
-                dp_event.GaussianDpEvent(count_std), hp.iterations))  # fmt: skip
+            plan.record(
+                ORACLE,
+                sgd_steps(
+                    schedule.sampling_rate,
+                    schedule.noise_multiplier,
+                    schedule.steps * hp.iterations,
+                ),
+            )
+            plan.record(
+                COUNTS,
+                dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(count_std), hp.iterations),
+            )
         return plan
 
     def stackable(self) -> bool:
@@ -271,8 +291,10 @@ class CGOO(Method):
         """The trial's alpha, after refusing what the method cannot do."""
         fairness = trial.fairness
         if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
-            raise ConfigError(f"method {self.name} supports the constraints "
-                              f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}")  # fmt: skip
+            raise ConfigError(
+                f"method {self.name} supports the constraints "
+                f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}"
+            )
         if fairness.knob is None or fairness.knob <= 0:
             raise ConfigError(f"method {self.name} needs alpha values > 0: give it `knobs`")
         return float(fairness.knob)
@@ -296,8 +318,7 @@ class CGOO(Method):
         sessions = [t.session for t in trials]
         next_round = poisson_rounds(sessions, n, schedule.sampling_rate)
         clip = hp.clip_norm if self.private else math.inf
-        gradient_sums = [s.gaussian_sum(ORACLE, clip, schedule.noise_multiplier)
-                         for s in sessions]  # fmt: skip
+        gradient_sums = [s.gaussian_sum(ORACLE, clip, schedule.noise_multiplier) for s in sessions]
         confusions = [s.gaussian_counts(COUNTS, count_std) for s in sessions]
         # flat index of (group, label, prediction 0) in (k, 2, 2), per record
         cells = data.per_record(lambda task: (task.train.s * 2 + task.train.y) * 2, torch.int64)
@@ -314,8 +335,9 @@ class CGOO(Method):
         def relabel(t: int, costs: torch.Tensor) -> None:
             gap = (costs[:, :, 1] - costs[:, :, 0]).abs().max()
             scaled = torch.where(gap > 0, costs / gap, costs)  # public: a function of the costs
-            targets, weights, _ = go.cost_sensitive(scaled, data.trial_rows(data.y, t),
-                                                    data.trial_rows(groups, t), 1)  # fmt: skip
+            targets, weights, _ = go.cost_sensitive(
+                scaled, data.trial_rows(data.y, t), data.trial_rows(groups, t), 1
+            )
             z[t * n : (t + 1) * n] = targets
             w[t * n : (t + 1) * n] = weights.to(torch.float32)
 
@@ -326,8 +348,7 @@ class CGOO(Method):
             loss = WeightedCrossEntropy(own.rows(z), own.rows(w))
             logits = stack.logits(x)
             contributions = stack.contributions(x, loss, logits, rows, rows.rows(data.x_sq))
-            stack.descend(gaussian_sums(gradient_sums, contributions, round_.batches),
-                          step_size)  # fmt: skip
+            stack.descend(gaussian_sums(gradient_sums, contributions, round_.batches), step_size)
 
         return Reduction(models, schedule, count_std, statistics, relabel, step)
 
@@ -337,10 +358,16 @@ class CGOO(Method):
         hp = self.hparams
         run = self._setup(trials)
         schedule, count_std = run.schedule, run.count_std
-        games = [Game(hp, trial.fairness.constraint, self._check(trial),
-                      lambda t=t: run.statistics(t),
-                      lambda costs, t=t: run.relabel(t, costs))
-                 for t, trial in enumerate(trials)]  # fmt: skip
+        games = [
+            Game(
+                hp,
+                trial.fairness.constraint,
+                self._check(trial),
+                lambda t=t: run.statistics(t),
+                lambda costs, t=t: run.relabel(t, costs),
+            )
+            for t, trial in enumerate(trials)
+        ]
         for it in range(hp.iterations):
             for game in games:
                 game.move(it)
@@ -352,12 +379,25 @@ class CGOO(Method):
         fits = []
         for game, model, trial in zip(games, run.models, trials, strict=True):
             trace, big_g = game.report()
-            info = {"sampling_rate": schedule.sampling_rate, "oracle_steps": schedule.steps,
-                    "noise_multiplier": schedule.noise_multiplier, "count_noise": count_std,
-                    "iterations": hp.iterations, "G": big_g, "alpha": game.alpha,
-                    "trace": trace}  # fmt: skip
-            fits.append(Fitted(model, trial.session.device, info=info,
-                               components=game.components, budget=budget))  # fmt: skip
+            info = {
+                "sampling_rate": schedule.sampling_rate,
+                "oracle_steps": schedule.steps,
+                "noise_multiplier": schedule.noise_multiplier,
+                "count_noise": count_std,
+                "iterations": hp.iterations,
+                "G": big_g,
+                "alpha": game.alpha,
+                "trace": trace,
+            }
+            fits.append(
+                Fitted(
+                    model,
+                    trial.session.device,
+                    info=info,
+                    components=game.components,
+                    budget=budget,
+                )
+            )
         return fits
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:

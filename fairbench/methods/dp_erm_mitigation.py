@@ -106,8 +106,11 @@ from fairbench.privacy.stacked import (
 from fairbench.task import Task
 
 # evaluated on (the method targets none of them); accuracy parity where the suite has it
-CONSTRAINTS = tuple(c for c in ("demographic_parity", "equalized_odds", "accuracy_parity")
-                    if c in constraints.BUILDERS)  # fmt: skip
+CONSTRAINTS = tuple(
+    c
+    for c in ("demographic_parity", "equalized_odds", "accuracy_parity")
+    if c in constraints.BUILDERS
+)
 GRADIENT = "dp-erm-mitigation: clipped regularised gradient sum"
 HISTOGRAM = "dp-erm-mitigation: Laplace group sums of (u, c, 1)"
 COUNTS = "dp-erm-mitigation: Laplace group counts"
@@ -237,16 +240,22 @@ class DPERMMitigationHparams(TrainingHparams):
 
 class DPERMMitigation(Method):
     name = "dp-erm-mitigation"
-    description = ("DP-SGD on the loss plus group gaps in gradient norm and curvature "
-                   "(Tran, Dinh, Fioretto 2021)")  # fmt: skip
+    description = (
+        "DP-SGD on the loss plus group gaps in gradient norm and curvature "
+        "(Tran, Dinh, Fioretto 2021)"
+    )
     private = True
     paper = (
         "Tran, Dinh, Fioretto (2021): Differentially Private Empirical Risk Minimization "
         "under the Fairness Lens. NeurIPS 2021"
     )
     constraints = CONSTRAINTS  # evaluated on; it targets none of them
-    knob = Knob("lambda", "weight of the gradient-norm and curvature gap penalties",
-                Direction.STRICTER, low=0.0)  # fmt: skip
+    knob = Knob(
+        "lambda",
+        "weight of the gradient-norm and curvature gap penalties",
+        Direction.STRICTER,
+        low=0.0,
+    )
     reconstructed = "no paper or code found: regulariser and its privatisation from secondary notes"
     Hparams = DPERMMitigationHparams
     hparams: DPERMMitigationHparams
@@ -268,8 +277,9 @@ class DPERMMitigation(Method):
         if not positive:
             plan.record(DP_SGD_LABEL, sgd_steps(q, sigma, steps))
             return plan
-        plan.record(f"{GRADIENT} + {HISTOGRAM}",
-                    sgd_steps(q, sigma, steps, self.hparams.histogram_scale))  # fmt: skip
+        plan.record(
+            f"{GRADIENT} + {HISTOGRAM}", sgd_steps(q, sigma, steps, self.hparams.histogram_scale)
+        )
         plan.record(COUNTS, self._count_event())
         return plan
 
@@ -298,8 +308,7 @@ class DPERMMitigation(Method):
         functional = positive and not stackable(hp.model)  # no opacus hooks under torch.func
         stack = FunctionalModel(models[0]) if functional else stack_models(models)
         data = StackedData([t.task for t in trials], dev)
-        schedule = one_schedule([self.schedule(data.n, t.session.budget, positive)
-                                 for t in trials])  # fmt: skip
+        schedule = one_schedule([self.schedule(data.n, t.session.budget, positive) for t in trials])
         plan = self.plan(schedule, positive)
         for trial in trials:
             trial.session.submit_plan(plan)
@@ -307,8 +316,12 @@ class DPERMMitigation(Method):
             return self._dp_sgd(trials, models, stack, data, schedule)
         group = data.per_record(lambda task: task.train.s, torch.int64)
         n_groups = trials[0].task.n_groups
-        counts = torch.stack([self._counts(trial.session, data.trial_rows(group, t), n_groups)
-                              for t, trial in enumerate(trials)])  # fmt: skip
+        counts = torch.stack(
+            [
+                self._counts(trial.session, data.trial_rows(group, t), n_groups)
+                for t, trial in enumerate(trials)
+            ]
+        )
         step, report = self._step(trials, stack, data, group, counts, lams, schedule)
         return StackedProgram(models, schedule, step, report)
 
@@ -321,8 +334,10 @@ class DPERMMitigation(Method):
     def _dp_sgd(self, trials, models, stack, data, schedule) -> StackedProgram:
         """lambda = 0: dp-sgd's step, line for line (the same release, label and noise)."""
         hp = self.hparams
-        sums = [t.session.gaussian_sum(DP_SGD_LABEL, hp.clip_norm, schedule.noise_multiplier)
-                for t in trials]  # fmt: skip
+        sums = [
+            t.session.gaussian_sum(DP_SGD_LABEL, hp.clip_norm, schedule.noise_multiplier)
+            for t in trials
+        ]
         step_size = hp.lr / expected_batch(schedule, data.n)
 
         def step(round_: StackedBatches) -> None:
@@ -339,10 +354,11 @@ class DPERMMitigation(Method):
         """Each round: gradients with the previous signs, the noisy histogram, new signs."""
         hp, dev = self.hparams, data.device
         n_trials, n_groups = len(trials), counts.shape[1]
-        sums = [t.session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
-                for t in trials]  # fmt: skip
-        histograms = [t.session.laplace_histogram(HISTOGRAM, hp.histogram_scale)
-                      for t in trials]  # fmt: skip
+        sums = [
+            t.session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
+            for t in trials
+        ]
+        histograms = [t.session.laplace_histogram(HISTOGRAM, hp.histogram_scale) for t in trials]
         lam = torch.tensor(lams, dtype=torch.float32, device=dev).unsqueeze(1)  # (T, 1)
         gammas = torch.stack([lam * hp.gradient_weight, lam * hp.curvature_weight])  # (2, T, 1)
         share = (counts.sum(dim=1, keepdim=True) / counts).to(torch.float32)  # n / n_a (T, G)
@@ -361,16 +377,24 @@ class DPERMMitigation(Method):
             u, c, contributions = self._terms(stack, xb, yb, rows, coef, data)
             ones = torch.ones_like(u)
             cells = rows.masked(torch.stack([u / hp.norm_clip, c, ones], dim=-1) / WIDTH)
-            hist = laplace_histograms(histograms, cells, ab, n_groups, rows.sizes,
-                                      round_.batches) * unscale  # fmt: skip
+            hist = (
+                laplace_histograms(histograms, cells, ab, n_groups, rows.sizes, round_.batches)
+                * unscale
+            )
             stack.descend(gaussian_sums(sums, contributions, round_.batches), step_size)
             average = hp.sign_momentum * average + (1 - hp.sign_momentum) * hist
             signs = gap_signs(average, hp.min_count)
 
         def report() -> list[dict]:
-            return [{"group_counts": n_a, "final_signs": {"u": s_u, "c": s_c}}
-                    for n_a, s_u, s_c in zip(counts.cpu().tolist(), signs[0].cpu().tolist(),
-                                             signs[1].cpu().tolist(), strict=True)]  # fmt: skip
+            return [
+                {"group_counts": n_a, "final_signs": {"u": s_u, "c": s_c}}
+                for n_a, s_u, s_c in zip(
+                    counts.cpu().tolist(),
+                    signs[0].cpu().tolist(),
+                    signs[1].cpu().tolist(),
+                    strict=True,
+                )
+            ]
 
         return step, report
 
@@ -381,20 +405,23 @@ class DPERMMitigation(Method):
             objective = Regularised(yb, coef[0], coef[1], rows.rows(data.x_sq), norm_clip)
             u, c, du, dc, e = objective.terms(stack.logits(xb))
             grads = e + coef[0].unsqueeze(-1) * du + coef[1].unsqueeze(-1) * dc
-            contributions = StackedOuterProducts.masked(grads, xb, rows.mask, rows.sizes,
-                                                        rows.rows(data.x_sq))  # fmt: skip
+            contributions = StackedOuterProducts.masked(
+                grads, xb, rows.mask, rows.sizes, rows.rows(data.x_sq)
+            )
             return u, c, contributions
         weight = torch.ones_like(coef[0, 0]) if rows.mask is None else rows.mask[0].to(xb.dtype)
-        u, c, grads = functional_terms(stack.model, xb[0], yb[0], weight, coef[0, 0], coef[1, 0],
-                                       norm_clip)  # fmt: skip
+        u, c, grads = functional_terms(
+            stack.model, xb[0], yb[0], weight, coef[0, 0], coef[1, 0], norm_clip
+        )
         return u.unsqueeze(0), c.unsqueeze(0), OneTrial(grads)
 
     def train_stack(self, trials: list[Trial]) -> list[Fitted]:
         """lambda = 0 (dp-sgd's schedule) and lambda > 0 trials run in separate sub-stacks."""
         fits: list[Fitted | None] = [None] * len(trials)
         for positive in (False, True):
-            members = [i for i, t in enumerate(trials)
-                       if (self._lambda(t.fairness) > 0) == positive]  # fmt: skip
+            members = [
+                i for i, t in enumerate(trials) if (self._lambda(t.fairness) > 0) == positive
+            ]
             if members:
                 together = self._train_together([trials[i] for i in members])
                 for i, fitted in zip(members, together, strict=True):
@@ -406,21 +433,35 @@ class DPERMMitigation(Method):
         program = self._program(trials)
         schedule = program.schedule
         positive = self._lambda(trials[0].fairness) > 0
-        next_round = poisson_rounds([t.session for t in trials], len(trials[0].task.train),
-                                    schedule.sampling_rate)  # fmt: skip
+        next_round = poisson_rounds(
+            [t.session for t in trials], len(trials[0].task.train), schedule.sampling_rate
+        )
         for _ in range(schedule.steps):
             program.step(next_round())
         laplace = {"laplace": hp.histogram_scale, "count": hp.count_scale} if positive else {}
-        shared = {**schedule.info(), "clip_norm": hp.clip_norm, "norm_clip": hp.norm_clip,
-                  **({"histogram_scale": hp.histogram_scale, "count_scale": hp.count_scale}
-                     if positive else {})}  # fmt: skip
+        shared = {
+            **schedule.info(),
+            "clip_norm": hp.clip_norm,
+            "norm_clip": hp.norm_clip,
+            **(
+                {"histogram_scale": hp.histogram_scale, "count_scale": hp.count_scale}
+                if positive
+                else {}
+            ),
+        }
         fits = []
         for model, trial, report in zip(program.models, trials, program.report(), strict=True):
             lam = self._lambda(trial.fairness)
-            info = {**shared, "lambda": lam, "gamma1": lam * hp.gradient_weight,
-                    "gamma2": lam * hp.curvature_weight, **report}  # fmt: skip
-            fits.append(Fitted(model, trial.session.device, info=info,
-                               budget=schedule.budget(**laplace)))  # fmt: skip
+            info = {
+                **shared,
+                "lambda": lam,
+                "gamma1": lam * hp.gradient_weight,
+                "gamma2": lam * hp.curvature_weight,
+                **report,
+            }
+            fits.append(
+                Fitted(model, trial.session.device, info=info, budget=schedule.budget(**laplace))
+            )
         return fits
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:

@@ -249,7 +249,8 @@ class DPFermi(Method):
         notion = PrivacyNotion(hp.privacy_notion)
         public = hp.marginals == "public"
         because = (("privacy_notion",) if notion is not PrivacyNotion.FULL else ()) + (
-            ("marginals",) if public else ())  # fmt: skip
+            ("marginals",) if public else ()
+        )
         return Guarantee(notion, ("marginals",) if public else (), because)
 
     def _count_event(self, lam: float) -> dp_event.DpEvent | None:
@@ -295,8 +296,17 @@ class DPFermi(Method):
         plan = PrivacyLedger()
         sensitive = self.hparams.privacy_notion == "sensitive-attribute"
         if shape.gaussians:
-            plan.record(THETA, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
-                                         steps, None, shape.gaussians, sensitive))  # fmt: skip
+            plan.record(
+                THETA,
+                sgd_steps(
+                    schedule.sampling_rate,
+                    schedule.noise_multiplier,
+                    steps,
+                    None,
+                    shape.gaussians,
+                    sensitive,
+                ),
+            )
         if shape.extra is not None:
             plan.record(COUNTS, shape.extra)
         return plan
@@ -319,8 +329,10 @@ class DPFermi(Method):
         trials must share the schedule: their lambdas all 0 or all > 0 (`train_stack`)."""
         hp, dev = self.hparams, trials[0].session.device
         lams = [self._check(t.fairness) for t in trials]
-        if len({(lam > 0, t.fairness.constraint) for lam, t in zip(lams, trials, strict=True)}
-               ) != 1:  # fmt: skip
+        if (
+            len({(lam > 0, t.fairness.constraint) for lam, t in zip(lams, trials, strict=True)})
+            != 1
+        ):
             raise ValueError("stacked dp-fermi trials need one constraint, lambdas all 0 or > 0")
         positive = lams[0] > 0
         models = init_models(hp, trials)
@@ -338,16 +350,27 @@ class DPFermi(Method):
         for t, trial in enumerate(trials):
             trial.session.submit_plan(plan, self.guarantee())
             cells, groups = data.trial_rows(cell, t), data.trial_rows(s, t)
-            marginals.append(self._marginals(trial.session, cells, groups, (n_cells, k),
-                                             shape.extra))  # fmt: skip
+            marginals.append(
+                self._marginals(trial.session, cells, groups, (n_cells, k), shape.extra)
+            )
         inv_sqrt_p = torch.stack([p.rsqrt().to(dev, torch.float32) for p in marginals])
-        step, final_w = self._step(stack, data, (s, cell), inv_sqrt_p, lams, schedule,
-                                   [t.session for t in trials], positive)  # fmt: skip
+        step, final_w = self._step(
+            stack,
+            data,
+            (s, cell),
+            inv_sqrt_p,
+            lams,
+            schedule,
+            [t.session for t in trials],
+            positive,
+        )
 
         def report() -> list[dict]:
             norms = final_w().flatten(-2).norm(dim=-1).cpu().tolist()
-            return [{"w_norm": w_norm, "marginals": p.cpu().tolist()}
-                    for w_norm, p in zip(norms, marginals, strict=True)]  # fmt: skip
+            return [
+                {"w_norm": w_norm, "marginals": p.cpu().tolist()}
+                for w_norm, p in zip(norms, marginals, strict=True)
+            ]
 
         return StackedProgram(models, schedule, step, report)
 
@@ -358,16 +381,19 @@ class DPFermi(Method):
         s, cell = per_record
         n_trials, (n_cells, k), l = len(lams), inv_sqrt_p.shape[1:], data.tasks[0].n_classes  # noqa: E741
         sensitive = hp.privacy_notion == "sensitive-attribute"
-        theta_sums = [x.gaussian_sum(THETA, hp.clip_norm, schedule.noise_multiplier)
-                      for x in sessions]  # fmt: skip
-        w_sums = [x.gaussian_sum(W_LABEL, hp.clip_norm_w, schedule.noise_multiplier)
-                  for x in sessions]  # fmt: skip
+        theta_sums = [
+            x.gaussian_sum(THETA, hp.clip_norm, schedule.noise_multiplier) for x in sessions
+        ]
+        w_sums = [
+            x.gaussian_sum(W_LABEL, hp.clip_norm_w, schedule.noise_multiplier) for x in sessions
+        ]
         dev = data.device
         w = torch.zeros((n_trials, n_cells, k, l), device=dev)
         radius, scale = hp.w_diameter / 2, expected_batch(schedule, data.n)
         lam = torch.tensor(lams, dtype=torch.float32, device=dev).unsqueeze(1)  # (T, 1)
-        ascent = torch.tensor([hp.lr_w * x / scale for x in lams], dtype=torch.float32,
-                              device=dev).view(-1, 1, 1, 1)  # fmt: skip
+        ascent = torch.tensor(
+            [hp.lr_w * x / scale for x in lams], dtype=torch.float32, device=dev
+        ).view(-1, 1, 1, 1)
         first_cell = torch.arange(n_trials, device=dev).unsqueeze(1) * n_cells
         flat_p = inv_sqrt_p.reshape(-1)
 
@@ -391,8 +417,10 @@ class DPFermi(Method):
                 grads = exact_sums(contributions("public"))
                 if positive:
                     noisy = gaussian_sums(theta_sums, contributions("sensitive"), batches)
-                    grads = [g + lam.view(-1, *[1] * (h.dim() - 1)) * h
-                             for g, h in zip(grads, noisy, strict=True)]  # fmt: skip
+                    grads = [
+                        g + lam.view(-1, *[1] * (h.dim() - 1)) * h
+                        for g, h in zip(grads, noisy, strict=True)
+                    ]
             else:
                 grads = gaussian_sums(theta_sums, contributions("all"), batches)
             stack.descend(grads, hp.lr / scale)
@@ -414,11 +442,21 @@ class DPFermi(Method):
 
     def _info(self, schedule: Schedule, shape: StepShape, lam: float, privacy) -> dict:
         hp = self.hparams
-        info = {**schedule.info(), "clip_norm": hp.clip_norm, "clip_norm_w": hp.clip_norm_w,
-                "lambda": lam, "releases_per_step": shape.gaussians}  # fmt: skip
+        info = {
+            **schedule.info(),
+            "clip_norm": hp.clip_norm,
+            "clip_norm_w": hp.clip_norm_w,
+            "lambda": lam,
+            "releases_per_step": shape.gaussians,
+        }
         if hp.privacy_notion == "sensitive-attribute" and shape.gaussians:
-            amplified = sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
-                                  schedule.steps, None, shape.gaussians)  # fmt: skip
+            amplified = sgd_steps(
+                schedule.sampling_rate,
+                schedule.noise_multiplier,
+                schedule.steps,
+                None,
+                shape.gaussians,
+            )
             if shape.extra is not None:
                 amplified = dp_event.ComposedDpEvent([amplified, shape.extra])
             info["epsilon_paper_analysis"] = epsilon(amplified, privacy.delta)
@@ -434,8 +472,11 @@ class DPFermi(Method):
         chosen: list[int | None] = []
         for trial in trials:
             lam = self._check(trial.fairness)
-            full = self.schedule(len(trial.task.train), trial.session.budget,
-                                 self._shape(lam, self._count_event(lam)))  # fmt: skip
+            full = self.schedule(
+                len(trial.task.train),
+                trial.session.budget,
+                self._shape(lam, self._count_event(lam)),
+            )
             draw = None
             if hp.iterate == "random":
                 draw = int(trial.session.rng("iterate").integers(1, full.steps + 1))
@@ -446,8 +487,9 @@ class DPFermi(Method):
             groups.setdefault(key, []).append(i)
         fits: list[Fitted | None] = [None] * len(trials)
         for (_, _, steps), members in groups.items():
-            for i, fitted in zip(members, self._train_together([trials[i] for i in members],
-                                                               steps), strict=True):  # fmt: skip
+            for i, fitted in zip(
+                members, self._train_together([trials[i] for i in members], steps), strict=True
+            ):
                 fits[i] = fitted
         return fits
 
@@ -468,12 +510,20 @@ class DPFermi(Method):
         paper = hp.sensitive_accounting == "paper"
         notion = self.guarantee().label + (" (paper analysis)" if paper else "")
         fits = []
-        for model, trial, lam, report in zip(program.models, trials, lams, program.report(),
-                                             strict=True):  # fmt: skip
+        for model, trial, lam, report in zip(
+            program.models, trials, lams, program.report(), strict=True
+        ):
             info = {**shared, "lambda": lam, "returned_iterate": chosen, **report}
-            fits.append(Fitted(model, trial.session.device, privacy_notion=notion, info=info,
-                               target_accounting="paper-analysis" if paper else "suite",
-                               budget=schedule.budget(chosen, **counts)))  # fmt: skip
+            fits.append(
+                Fitted(
+                    model,
+                    trial.session.device,
+                    privacy_notion=notion,
+                    info=info,
+                    target_accounting="paper-analysis" if paper else "suite",
+                    budget=schedule.budget(chosen, **counts),
+                )
+            )
         return fits
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:

@@ -88,8 +88,9 @@ class DPSGD(Method):
 
     def plan(self, schedule: Schedule) -> PrivacyLedger:
         plan = PrivacyLedger()
-        plan.record(LABEL, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
-                                     schedule.steps))  # fmt: skip
+        plan.record(
+            LABEL, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier, schedule.steps)
+        )
         return plan
 
     def stackable(self) -> bool:
@@ -101,8 +102,9 @@ class DPSGD(Method):
         stack = stack_models(models, hp.grad_engine)
         data = StackedData([t.task for t in trials], trials[0].session.device)
         schedule = one_schedule([self.schedule(data.n, t.session.budget) for t in trials])
-        sums = [t.session.gaussian_sum(LABEL, hp.clip_norm, schedule.noise_multiplier)
-                for t in trials]  # fmt: skip
+        sums = [
+            t.session.gaussian_sum(LABEL, hp.clip_norm, schedule.noise_multiplier) for t in trials
+        ]
         step_size = hp.lr / expected_batch(schedule, data.n)
 
         def step(round_: StackedBatches) -> None:
@@ -121,8 +123,10 @@ class DPSGD(Method):
         schedule = program.schedule
         run_stacked(trials, program, self.plan(schedule))
         info = {**schedule.info(), "clip_norm": self.hparams.clip_norm}
-        return [Fitted(model, t.session.device, info=dict(info), budget=schedule.budget())
-                for model, t in zip(program.models, trials, strict=True)]  # fmt: skip
+        return [
+            Fitted(model, t.session.device, info=dict(info), budget=schedule.budget())
+            for model, t in zip(program.models, trials, strict=True)
+        ]
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
         return self.train_stack([Trial(task, fairness, session)])[0]

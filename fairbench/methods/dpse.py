@@ -116,8 +116,9 @@ class LinearRegressor(torch.nn.Module):
 
     def __init__(self, theta: torch.Tensor) -> None:
         super().__init__()
-        self.linear = torch.nn.utils.skip_init(torch.nn.Linear, len(theta) - 1, 1,
-                                               device=theta.device)  # fmt: skip
+        self.linear = torch.nn.utils.skip_init(
+            torch.nn.Linear, len(theta) - 1, 1, device=theta.device
+        )
         with torch.no_grad():
             self.linear.weight.copy_(theta[:-1][None, :])
             self.linear.bias.copy_(theta[-1:])
@@ -211,10 +212,16 @@ def _logistic_or_squared(margin, y, classify: bool):
 
 def _on_device(z: np.ndarray, y: np.ndarray, s: np.ndarray | None, k: int, device: torch.device):
     """The design, targets (float64) and each group's record indices on the device."""
-    groups = [] if s is None else [torch.as_tensor(np.flatnonzero(s == g), device=device)
-                                   for g in range(k)]  # fmt: skip
-    return (torch.as_tensor(z, dtype=torch.float64, device=device),
-            torch.as_tensor(y, dtype=torch.float64, device=device), groups)  # fmt: skip
+    groups = (
+        []
+        if s is None
+        else [torch.as_tensor(np.flatnonzero(s == g), device=device) for g in range(k)]
+    )
+    return (
+        torch.as_tensor(z, dtype=torch.float64, device=device),
+        torch.as_tensor(y, dtype=torch.float64, device=device),
+        groups,
+    )
 
 
 def _clip_rows(v: np.ndarray, bound: float) -> np.ndarray:
@@ -305,10 +312,12 @@ class DPSE(Method):
         delta2 = hp.clip_norm**2
         noisy = np.empty(k)
         for g in range(k):
-            loss, _ = self._loss_grad(z[s == g], y[s == g], beta if beta is not None
-                                      else np.zeros(z.shape[1]), classify)  # fmt: skip
-            residual_sum = session.gaussian_sum(f"{RESIDUALS} {g}", delta2,
-                                                _nm(budget.residuals), g)  # fmt: skip
+            loss, _ = self._loss_grad(
+                z[s == g], y[s == g], beta if beta is not None else np.zeros(z.shape[1]), classify
+            )
+            residual_sum = session.gaussian_sum(
+                f"{RESIDUALS} {g}", delta2, _nm(budget.residuals), g
+            )
             noisy[g] = residual_sum(Rows.of(loss[:, None]))[0][0]
         if beta is None or (noisy <= 0).any():
             return uniform
@@ -398,18 +407,30 @@ class DPSE(Method):
             return 1 / np.sqrt(2 * rho_round)
 
         def stage2(factor: float) -> list[tuple]:
-            return [(f"{STAGE2} {g}", dp_event.SelfComposedDpEvent(
-                dp_event.GaussianDpEvent(float(nm)), hp.steps * releases), g)
-                for g, nm in enumerate(multipliers(factor))]  # fmt: skip
+            return [
+                (
+                    f"{STAGE2} {g}",
+                    dp_event.SelfComposedDpEvent(
+                        dp_event.GaussianDpEvent(float(nm)), hp.steps * releases
+                    ),
+                    g,
+                )
+                for g, nm in enumerate(multipliers(factor))
+            ]
 
         factor = self._fit_stage2(session, stage1, stage2)
         data = _on_device(z, y, s, k, session.device)
         sizes_t = torch.as_tensor(sizes, dtype=torch.float64, device=session.device)
         theta = self._descend(data, sizes_t, multipliers(factor), bound, classify, session)
-        info = {"standard_errors": se.tolist(), "budget_shares": share.tolist(),
-                "steps": hp.steps, "stage1_rho": budget.stage1,
-                "stage2_rho": budget.stage2 * factor, "count_rho": budget.counts,
-                "bound": bound}  # fmt: skip
+        info = {
+            "standard_errors": se.tolist(),
+            "budget_shares": share.tolist(),
+            "steps": hp.steps,
+            "stage1_rho": budget.stage1,
+            "stage2_rho": budget.stage2 * factor,
+            "count_rho": budget.counts,
+            "bound": bound,
+        }
         return theta, info
 
     def _descend(self, data, sizes, multipliers, bound, classify, session) -> torch.Tensor:
@@ -419,23 +440,32 @@ class DPSE(Method):
         hp, k = self.hparams, len(sizes)
         z, y, groups = data
         delta2 = hp.clip_norm**2
-        grad_sums = [session.gaussian_sum(f"{STAGE2} {g}", hp.clip_norm, float(multipliers[g]), g)
-                     for g in range(k)]  # fmt: skip
-        loss_sums = [session.gaussian_sum(f"{STAGE2} {g}", delta2, float(multipliers[g]), g)
-                     for g in range(k)]  # fmt: skip
+        grad_sums = [
+            session.gaussian_sum(f"{STAGE2} {g}", hp.clip_norm, float(multipliers[g]), g)
+            for g in range(k)
+        ]
+        loss_sums = [
+            session.gaussian_sum(f"{STAGE2} {g}", delta2, float(multipliers[g]), g)
+            for g in range(k)
+        ]
         theta = z.new_zeros(z.shape[1])
         for _ in range(hp.steps):
             loss, grads = self._loss_grad(z, y, theta, classify)
-            m1 = torch.stack([grad_sums[g](Rows.of(grads.index_select(0, groups[g])))[0]
-                              for g in range(k)])  # fmt: skip
+            m1 = torch.stack(
+                [grad_sums[g](Rows.of(grads.index_select(0, groups[g])))[0] for g in range(k)]
+            )
             if hp.objective == "group_means":  # grad of f = the sum of group mean losses
                 step = (m1 / sizes[:, None]).sum(dim=0)
             else:  # the pooled mean loss
                 step = m1.sum(dim=0) / sizes.sum()
             if bound is not None:
                 # a loss clipped to [0, Delta^2] has sensitivity Delta^2 (losses are >= 0)
-                m2 = torch.stack([loss_sums[g](Rows.of(loss.index_select(0, groups[g])[:, None]))
-                                  [0][0] for g in range(k)])  # fmt: skip
+                m2 = torch.stack(
+                    [
+                        loss_sums[g](Rows.of(loss.index_select(0, groups[g])[:, None]))[0][0]
+                        for g in range(k)
+                    ]
+                )
                 group_loss = m2 / sizes
                 worst = group_loss.argmax().view(1)  # a device index, read on the device
                 push = hp.lagrange * m1.index_select(0, worst)[0] / sizes.index_select(0, worst)
@@ -451,18 +481,30 @@ class DPSE(Method):
 
         def plan(factor: float) -> list[tuple]:
             nm = 1 / math.sqrt(2 * factor * rho / hp.steps)
-            return [(STANDARD, dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(nm),
-                                                            hp.steps), None)]  # fmt: skip
+            return [
+                (
+                    STANDARD,
+                    dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(nm), hp.steps),
+                    None,
+                )
+            ]
 
         session.submit_plan(PrivacyLedger(), self.guarantee())
         factor = self._fit_stage2(session, [], plan)
         nm = plan(factor)[0][1].event.noise_multiplier
         z, y, _ = _on_device(z, y, None, 0, session.device)
-        theta = self._pooled_descent(z, y, n, classify, session.gaussian_sum(
-            STANDARD, hp.clip_norm, nm))  # fmt: skip
-        info = {"standard_errors": [], "budget_shares": [], "steps": hp.steps,
-                "stage1_rho": 0.0, "stage2_rho": rho * factor, "count_rho": 0.0,
-                "bound": None}  # fmt: skip
+        theta = self._pooled_descent(
+            z, y, n, classify, session.gaussian_sum(STANDARD, hp.clip_norm, nm)
+        )
+        info = {
+            "standard_errors": [],
+            "budget_shares": [],
+            "steps": hp.steps,
+            "stage1_rho": 0.0,
+            "stage2_rho": rho * factor,
+            "count_rho": 0.0,
+            "bound": None,
+        }
         return theta, info
 
     def _pooled_descent(self, z, y, n: int, classify: bool, gradient_sum) -> torch.Tensor:

@@ -51,8 +51,7 @@ def init_model(hp: TrainingHparams, task: Task, session: PrivacySession) -> nn.M
             f"{task.name} is a {task.kind} task and this method trains classifiers; choose the "
             "classification task in the dataset's options"
         )
-    return build_model(hp.model, task.n_features, task.n_classes, hp.hidden,
-                       session.stream("init"))  # fmt: skip
+    return build_model(hp.model, task.n_features, task.n_classes, hp.hidden, session.stream("init"))
 
 
 def train_tensors(task: Task, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,8 +96,11 @@ class Schedule:
         )
 
     def info(self) -> dict[str, float | int]:
-        return {"steps": self.steps, "sampling_rate": self.sampling_rate,
-                "noise_multiplier": self.noise_multiplier}  # fmt: skip
+        return {
+            "steps": self.steps,
+            "sampling_rate": self.sampling_rate,
+            "noise_multiplier": self.noise_multiplier,
+        }
 
 
 @dataclass(frozen=True)
@@ -274,12 +276,14 @@ def run_stacked(
         program.step(next_round())
 
 
-def one_stacked_step(trial: Trial, program: StackedProgram, plan: PrivacyLedger
-                     ) -> Callable[[], None]:  # fmt: skip
+def one_stacked_step(
+    trial: Trial, program: StackedProgram, plan: PrivacyLedger
+) -> Callable[[], None]:
     """`fairbench bench`'s view of a one-trial stacked program: each call runs one step."""
     trial.session.submit_plan(plan)
-    next_round = poisson_rounds([trial.session], len(trial.task.train),
-                                program.schedule.sampling_rate)  # fmt: skip
+    next_round = poisson_rounds(
+        [trial.session], len(trial.task.train), program.schedule.sampling_rate
+    )
     return lambda: program.step(next_round())
 
 

@@ -63,8 +63,9 @@ class ERM(Method):
         for _ in range(program.schedule.steps):
             program.step(next_batch())
         steps = program.schedule.steps
-        return Fitted(program.model, session.device, info={"steps": steps},
-                      budget=program.schedule.budget())  # fmt: skip
+        return Fitted(
+            program.model, session.device, info={"steps": steps}, budget=program.schedule.budget()
+        )
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

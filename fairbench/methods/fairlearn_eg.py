@@ -118,8 +118,14 @@ class FairlearnEG(Method):
         "Fair Classification. ICML 2018 (fairlearn's ExponentiatedGradient)"
     )
     constraints = tuple(MOMENTS)
-    knob = Knob("difference_bound", "allowed gap of each group's rate to the overall rate",
-                Direction.LOOSER, low=0.0, low_inclusive=False, rate_tolerance=True)  # fmt: skip
+    knob = Knob(
+        "difference_bound",
+        "allowed gap of each group's rate to the overall rate",
+        Direction.LOOSER,
+        low=0.0,
+        low_inclusive=False,
+        rate_tolerance=True,
+    )
     Hparams = FairlearnEGHparams
     hparams: FairlearnEGHparams
 
@@ -149,9 +155,13 @@ class FairlearnEG(Method):
         hp, bound = self.hparams, float(fairness.knob)
         moment = getattr(reductions, MOMENTS[fairness.constraint])(difference_bound=bound)
         eg = reductions.ExponentiatedGradient(
-            self._estimator(session.seed), moment, eps=hp.eps or bound, max_iter=hp.max_iter,
-            eta0=hp.eta0, run_linprog_step=hp.run_linprog_step,
-        )  # fmt: skip
+            self._estimator(session.seed),
+            moment,
+            eps=hp.eps or bound,
+            max_iter=hp.max_iter,
+            eta0=hp.eta0,
+            run_linprog_step=hp.run_linprog_step,
+        )
         with warnings.catch_warnings():  # fairlearn's pandas deprecations, once per oracle call
             for category in (DeprecationWarning, FutureWarning):
                 warnings.filterwarnings("ignore", module=r"fairlearn\.", category=category)
@@ -160,17 +170,23 @@ class FairlearnEG(Method):
         rules = [as_rule(eg.predictors_[i], task.n_features) for i in kept]
         weights = np.array([eg.weights_[i] for i in kept], dtype=np.float64)
         weights /= weights.sum()
-        info = {"steps": int(eg.n_oracle_calls_), "iterations": int(eg.last_iter_) + 1,
-                "best_gap": float(eg.best_gap_), "difference_bound": bound,
-                "eps": float(hp.eps or bound), "weights": weights.tolist()}  # fmt: skip
+        info = {
+            "steps": int(eg.n_oracle_calls_),
+            "iterations": int(eg.last_iter_) + 1,
+            "best_gap": float(eg.best_gap_),
+            "difference_bound": bound,
+            "eps": float(hp.eps or bound),
+            "weights": weights.tolist(),
+        }
         dev = session.device
         rules = [r.to(dev) for r in rules]
         # a step here is one oracle call: a full-data logistic-regression fit
         budget = Budget(int(eg.n_oracle_calls_))
         if len(rules) == 1:  # a one-component mixture is a deterministic classifier
             return Fitted(rules[0], dev, info=info, budget=budget)
-        return Fitted(rules[-1], dev, info=info, components=rules,
-                      weights=weights.tolist(), budget=budget)  # fmt: skip
+        return Fitted(
+            rules[-1], dev, info=info, components=rules, weights=weights.tolist(), budget=budget
+        )
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

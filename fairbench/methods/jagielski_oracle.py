@@ -203,8 +203,7 @@ def learner_costs(
     return sw.abs() * normaliser.view(-1, 1, 1), (sw > 0).long(), normaliser
 
 
-def violations(positives: torch.Tensor, counts: torch.Tensor, events: torch.Tensor
-               ) -> torch.Tensor:  # fmt: skip
+def violations(positives: torch.Tensor, counts: torch.Tensor, events: torch.Tensor) -> torch.Tensor:
     """gamma (T, 2, E, groups): P[yhat = 1 | e, g] - P[yhat = 1 | e] and its negative, from
     positive-prediction counts and (group, label) counts, both (T, groups, 2)."""
     pos = torch.einsum("tgy,ey->teg", positives, events)
@@ -232,9 +231,15 @@ class Game:
     Learner's weight and target tables; `audit()` releases each trial's histogram of its
     current h_t and takes the EG step. Neither reads a value on the host."""
 
-    def __init__(self, constraint: str, counts: torch.Tensor, bounds: torch.Tensor,
-                 gammas: torch.Tensor, eta0: float,
-                 release: Callable[[int], torch.Tensor]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        constraint: str,
+        counts: torch.Tensor,
+        bounds: torch.Tensor,
+        gammas: torch.Tensor,
+        eta0: float,
+        release: Callable[[int], torch.Tensor],
+    ) -> None:
         self.events = event_matrix(constraint, counts.device)
         self.counts, self.release = counts, release
         self.bounds, self.gammas = bounds.view(-1, 1, 1, 1), gammas.view(-1, 1, 1, 1)
@@ -288,8 +293,10 @@ class Game:
 
 class JagielskiOracle(Method):
     name = "jagielski-oracle"
-    description = ("Jagielski et al. 2019 DP reductions: EG auditor on Laplace histograms, "
-                   "DP-SGD weighted-logistic learner; mixture output")  # fmt: skip
+    description = (
+        "Jagielski et al. 2019 DP reductions: EG auditor on Laplace histograms, "
+        "DP-SGD weighted-logistic learner; mixture output"
+    )
     private = True
     paper = (
         "Jagielski, Kearns, Mao, Oprea, Roth, Sharifi-Malvajerdi, Ullman (2019): "
@@ -297,8 +304,13 @@ class JagielskiOracle(Method):
         "al. 2018)"
     )
     constraints = CONSTRAINTS
-    knob = Knob("gamma", "allowed gap of each group's rate to the overall rate",
-                Direction.LOOSER, low=0.0, rate_tolerance=True)  # fmt: skip
+    knob = Knob(
+        "gamma",
+        "allowed gap of each group's rate to the overall rate",
+        Direction.LOOSER,
+        low=0.0,
+        rate_tolerance=True,
+    )
     reconstructed = (
         "the authors' experiments ran a non-DP least-squares heuristic; this is the notes' "
         "DP-SGD weighted-logistic learner with a Laplace auditor"
@@ -330,8 +342,9 @@ class JagielskiOracle(Method):
                 f"target {eps:g}; raise epsilon above {alone:.3g}, raise auditor_scale or "
                 "lower iterations"
             )
-        sigma = calibrate_noise_multiplier(q, steps, eps, delta, None,
-                                           StepShape(1, self.sensitive, laplaces))  # fmt: skip
+        sigma = calibrate_noise_multiplier(
+            q, steps, eps, delta, None, StepShape(1, self.sensitive, laplaces)
+        )
         return Rounds(Schedule(q, steps, sigma, "noise_multiplier"), inner, scale)
 
     def plan(self, rounds: Rounds) -> PrivacyLedger:
@@ -339,8 +352,10 @@ class JagielskiOracle(Method):
         plan = PrivacyLedger()
         if self.private:
             s = rounds.schedule
-            plan.record(LEARNER, sgd_steps(s.sampling_rate, s.noise_multiplier, s.steps, None,
-                                           1, self.sensitive))  # fmt: skip
+            plan.record(
+                LEARNER,
+                sgd_steps(s.sampling_rate, s.noise_multiplier, s.steps, None, 1, self.sensitive),
+            )
             laplace = dp_event.LaplaceDpEvent(rounds.laplace_scale)
             plan.record(COUNTS, laplace)
             plan.record(AUDITOR, dp_event.SelfComposedDpEvent(laplace, self.hparams.iterations))
@@ -353,15 +368,19 @@ class JagielskiOracle(Method):
         """The trial's gamma, after refusing what the method cannot do."""
         fairness, hp = trial.fairness, self.hparams
         if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
-            raise ConfigError(f"method {self.name} supports the constraints "
-                              f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}")  # fmt: skip
+            raise ConfigError(
+                f"method {self.name} supports the constraints "
+                f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}"
+            )
         if trial.task.n_classes != 2:
             raise ConfigError(f"method {self.name} handles binary classification tasks only")
         if fairness.knob is None or fairness.knob < 0:
             raise ConfigError(f"method {self.name} needs gamma values >= 0: give it `knobs`")
         if fairness.knob == 0 and hp.bound is None:
-            raise ConfigError(f"method {self.name}: gamma = 0 needs an explicit `bound` "
-                              "(the default B = 1/gamma is infinite)")  # fmt: skip
+            raise ConfigError(
+                f"method {self.name}: gamma = 0 needs an explicit `bound` "
+                "(the default B = 1/gamma is infinite)"
+            )
         return float(fairness.knob)
 
     def _setup(self, trials: list[Trial]) -> tuple[Game, StackedProgram, Rounds]:
@@ -385,7 +404,8 @@ class JagielskiOracle(Method):
         for t, session in enumerate(sessions):
             session.submit_plan(self.plan(rounds), self.guarantee())
             released = session.laplace_histogram(COUNTS, rounds.laplace_scale)(
-                ones, data.trial_rows(cell, t), 2 * k)  # fmt: skip
+                ones, data.trial_rows(cell, t), 2 * k
+            )
             counts.append(released.view(k, 2).clamp(min=1.0))  # a public floor
         models = init_models(hp, trials)
         auditors = [s.laplace_histogram(AUDITOR, rounds.laplace_scale) for s in sessions]
@@ -398,14 +418,26 @@ class JagielskiOracle(Method):
             return hist.view(k, 2, 2)
 
         bounds = torch.tensor([hp.bound or 1 / g for g in gammas], device=dev)
-        game = Game(trials[0].fairness.constraint, torch.stack(counts), bounds,
-                    torch.tensor(gammas, device=dev), hp.eta0, release)  # fmt: skip
+        game = Game(
+            trials[0].fairness.constraint,
+            torch.stack(counts),
+            bounds,
+            torch.tensor(gammas, device=dev),
+            hp.eta0,
+            release,
+        )
         program = self._learner(models, data, cell, game, schedule, sessions)
         return game, program, rounds
 
-    def _learner(self, models: list[nn.Module], data: StackedData, cell: torch.Tensor,
-                 game: Game, schedule: Schedule, sessions: list[PrivacySession]
-                 ) -> StackedProgram:  # fmt: skip
+    def _learner(
+        self,
+        models: list[nn.Module],
+        data: StackedData,
+        cell: torch.Tensor,
+        game: Game,
+        schedule: Schedule,
+        sessions: list[PrivacySession],
+    ) -> StackedProgram:
         """One DP-SGD step of every trial's weighted logistic regression, on the game's
         current tables (read at each step, so `respond` changes what the next step fits)."""
         hp = self.hparams
@@ -419,19 +451,23 @@ class JagielskiOracle(Method):
             x, y, cells = rows.rows(data.x), rows.rows(data.y), rows.rows(cell)
             x_sq = rows.rows(data.x_sq)
             flat = cells.shape[0], -1
-            full = WeightedCrossEntropy(game.targets.view(flat).gather(1, cells),
-                                        game.weights.view(flat).gather(1, cells))  # fmt: skip
+            full = WeightedCrossEntropy(
+                game.targets.view(flat).gather(1, cells), game.weights.view(flat).gather(1, cells)
+            )
             logits = stack.logits(x)
             if self.sensitive:  # the group-free error term is public: exact; the rest noised
                 public = WeightedCrossEntropy(y, game.public.view(-1, 1).expand_as(cells))
                 grads = exact_sums(stack.contributions(x, public, logits, rows, x_sq))
-                noisy = gaussian_sums(sums, stack.contributions(x, Difference(full, public),
-                                                                logits, rows, x_sq),
-                                      round_.batches)  # fmt: skip
+                noisy = gaussian_sums(
+                    sums,
+                    stack.contributions(x, Difference(full, public), logits, rows, x_sq),
+                    round_.batches,
+                )
                 grads = [g + h for g, h in zip(grads, noisy, strict=True)]
             else:
-                grads = gaussian_sums(sums, stack.contributions(x, full, logits, rows, x_sq),
-                                      round_.batches)  # fmt: skip
+                grads = gaussian_sums(
+                    sums, stack.contributions(x, full, logits, rows, x_sq), round_.batches
+                )
             stack.descend(grads, step_size)
 
         return StackedProgram(models, schedule, step, lambda: [{} for _ in sessions])
@@ -440,8 +476,9 @@ class JagielskiOracle(Method):
         hp = self.hparams
         game, program, rounds = self._setup(trials)
         schedule = program.schedule
-        next_round = poisson_rounds([t.session for t in trials], len(trials[0].task.train),
-                                    schedule.sampling_rate)  # fmt: skip
+        next_round = poisson_rounds(
+            [t.session for t in trials], len(trials[0].task.train), schedule.sampling_rate
+        )
         mixtures: list[list[nn.Module]] = [[] for _ in trials]
         for _ in range(hp.iterations):
             game.respond()
@@ -452,22 +489,36 @@ class JagielskiOracle(Method):
             game.audit()
         laplace = {"laplace": rounds.laplace_scale} if self.private else {}
         budget = schedule.budget(**laplace)
-        shared = {**schedule.info(), "inner_steps": rounds.inner_steps,
-                  "iterations": hp.iterations, "clip_norm": hp.clip_norm,
-                  "laplace_scale": rounds.laplace_scale}  # fmt: skip
+        shared = {
+            **schedule.info(),
+            "inner_steps": rounds.inner_steps,
+            "iterations": hp.iterations,
+            "clip_norm": hp.clip_norm,
+            "laplace_scale": rounds.laplace_scale,
+        }
         fits = []
         for t, (trial, mixture) in enumerate(zip(trials, mixtures, strict=True)):
-            info = {**shared, "gamma": trial.fairness.knob, "bound": float(game.bounds[t]),
-                    "lambda": game.lam[t].flatten().tolist(),
-                    "counts": game.counts[t].tolist()}  # fmt: skip
+            info = {
+                **shared,
+                "gamma": trial.fairness.knob,
+                "bound": float(game.bounds[t]),
+                "lambda": game.lam[t].flatten().tolist(),
+                "counts": game.counts[t].tolist(),
+            }
             if self.private:
                 privacy = trial.session.budget
                 # the paper's per-round epsilon' (its advanced composition), for reference only
                 per_round = 4 * math.sqrt(hp.iterations * math.log(1 / privacy.delta))
                 info["epsilon_per_round_paper"] = privacy.epsilon / per_round
             weights = game.lp_weights(t) if hp.mixture == "lp" else None
-            fitted = Fitted(program.models[t], trial.session.device, info=info,
-                            components=mixture, weights=weights, budget=budget)  # fmt: skip
+            fitted = Fitted(
+                program.models[t],
+                trial.session.device,
+                info=info,
+                components=mixture,
+                weights=weights,
+                budget=budget,
+            )
             fits.append(fitted)
         return fits
 

@@ -137,8 +137,11 @@ def rate_matrices(counts: np.ndarray, constraint: str) -> tuple[np.ndarray, np.n
     predicts 1 (rate r of group a is p[1, a] P[r, a] + p[0, a] (1 - P[r, a])), and n[r, a] the
     records of that cell. Rates: FPR, TPR (equalized odds); TPR (equal opportunity); the
     positive rate (demographic parity)."""
-    cells = {"equalized_odds": [[0], [1]], "false_negative_rate_parity": [[1]],
-             "demographic_parity": [[0, 1]]}[constraint]  # fmt: skip
+    cells = {
+        "equalized_odds": [[0], [1]],
+        "false_negative_rate_parity": [[1]],
+        "demographic_parity": [[0, 1]],
+    }[constraint]
     n = np.stack([counts[:, :, ys].sum(axis=(0, 2)) for ys in cells])
     ones = np.stack([counts[1][:, ys].sum(axis=1) for ys in cells])
     return ones / n, n
@@ -162,8 +165,9 @@ def derived_predictor(counts: np.ndarray, constraint: str, bound: np.ndarray) ->
                 row[1, b], row[0, b] = -share[b], -(1 - share[b])
                 rows.append(row.reshape(-1))
                 limits.append(bound[r])
-    solved = linprog(cost, A_ub=np.array(rows), b_ub=np.array(limits), bounds=(0.0, 1.0),
-                     method="highs")  # fmt: skip
+    solved = linprog(
+        cost, A_ub=np.array(rows), b_ub=np.array(limits), bounds=(0.0, 1.0), method="highs"
+    )
     if solved.status != 0:  # the constant predictor is feasible: this is a solver failure
         raise RuntimeError(f"jagielski-post: the linear program failed ({solved.message})")
     return np.clip(solved.x.reshape(2, k), 0.0, 1.0)
@@ -183,8 +187,13 @@ class JagielskiPost(Method):
     )
     constraints = CONSTRAINTS
     sensitive_at_test = True
-    knob = Knob("gamma", "allowed gap of each equalised rate between groups", Direction.LOOSER,
-                low=0.0, high=1.0)  # fmt: skip
+    knob = Knob(
+        "gamma",
+        "allowed gap of each equalised rate between groups",
+        Direction.LOOSER,
+        low=0.0,
+        high=1.0,
+    )
     Hparams = JagielskiPostHparams
     hparams: JagielskiPostHparams
 
@@ -211,8 +220,9 @@ class JagielskiPost(Method):
         if math.isinf(scale):  # the non-private twin releases nothing
             return plan
         if not self.sensitive:
-            plan.record(BASE, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier,
-                                        schedule.steps))  # fmt: skip
+            plan.record(
+                BASE, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier, schedule.steps)
+            )
         plan.record(HISTOGRAM, dp_event.LaplaceDpEvent(scale))
         return plan
 
@@ -223,8 +233,10 @@ class JagielskiPost(Method):
                 f"got {fairness.constraint!r}"
             )
         if task.n_classes != 2:
-            raise ConfigError(f"method {self.name} post-processes binary classifiers; "
-                              f"{task.name} has {task.n_classes} classes")  # fmt: skip
+            raise ConfigError(
+                f"method {self.name} post-processes binary classifiers; "
+                f"{task.name} has {task.n_classes} classes"
+            )
         if fairness.knob is None:
             raise ConfigError(f"method {self.name} needs gamma values: give the method `knobs`")
         return float(fairness.knob)
@@ -237,10 +249,14 @@ class JagielskiPost(Method):
             return train, train
         post = session.rng("holdout").random(len(train)) < share
         if post.all() or not post.any():
-            raise ConfigError(f"method {self.name}: holdout {share} left a stage empty on "
-                              f"{len(train)} training records; change holdout")  # fmt: skip
-        return (Split(train.X[~post], train.y[~post], train.s[~post]),
-                Split(train.X[post], train.y[post], train.s[post]))  # fmt: skip
+            raise ConfigError(
+                f"method {self.name}: holdout {share} left a stage empty on "
+                f"{len(train)} training records; change holdout"
+            )
+        return (
+            Split(train.X[~post], train.y[~post], train.s[~post]),
+            Split(train.X[post], train.y[post], train.s[post]),
+        )
 
     def _base_program(self, trial: Trial, schedule: Schedule) -> StackedProgram:
         """The base classifier on the trial's (base-stage) training records: DP-SGD under the
@@ -259,10 +275,14 @@ class JagielskiPost(Method):
             rows = data.gather(round_)
             x = rows.rows(data.x)
             logits = stack.logits(x)
-            contributions = stack.contributions(x, CrossEntropy(rows.rows(data.y)), logits, rows,
-                                                rows.rows(data.x_sq))  # fmt: skip
-            grads = (gaussian_sums(sums, contributions, round_.batches) if noisy
-                     else exact_sums(contributions))  # fmt: skip
+            contributions = stack.contributions(
+                x, CrossEntropy(rows.rows(data.y)), logits, rows, rows.rows(data.x_sq)
+            )
+            grads = (
+                gaussian_sums(sums, contributions, round_.batches)
+                if noisy
+                else exact_sums(contributions)
+            )
             stack.descend(grads, step_size)
 
         return StackedProgram(models, schedule, step, lambda: [{}])
@@ -279,16 +299,31 @@ class JagielskiPost(Method):
         counts = self._histogram(model, post_records, task.n_groups, session, scale)
         bound, slack = self._bound(counts, fairness.constraint, gamma, scale, session)
         derived = derived_predictor(counts, fairness.constraint, bound)
-        info = {**schedule.info(), "clip_norm": hp.clip_norm, "gamma": gamma,
-                "laplace_scale": scale, "slack": slack, "effective_gamma": bound.tolist(),
-                "post_records": len(post_records), "derived": derived.tolist()}  # fmt: skip
-        budget = schedule.budget(**({} if self.sensitive or math.isinf(scale)
-                                    else {"laplace": scale}))  # fmt: skip
-        return Fitted(model, session.device, info=info, budget=budget, derived=derived,
-                      privacy_notion=hp.privacy_notion)  # fmt: skip
+        info = {
+            **schedule.info(),
+            "clip_norm": hp.clip_norm,
+            "gamma": gamma,
+            "laplace_scale": scale,
+            "slack": slack,
+            "effective_gamma": bound.tolist(),
+            "post_records": len(post_records),
+            "derived": derived.tolist(),
+        }
+        budget = schedule.budget(
+            **({} if self.sensitive or math.isinf(scale) else {"laplace": scale})
+        )
+        return Fitted(
+            model,
+            session.device,
+            info=info,
+            budget=budget,
+            derived=derived,
+            privacy_notion=hp.privacy_notion,
+        )
 
-    def _histogram(self, model, records: Split, n_groups: int, session: PrivacySession,
-                   scale: float) -> np.ndarray:  # fmt: skip
+    def _histogram(
+        self, model, records: Split, n_groups: int, session: PrivacySession, scale: float
+    ) -> np.ndarray:
         """Noisy counts c[yhat, a, y] (floored at 1, public) of the base's hard predictions."""
         with torch.no_grad():
             x = torch.as_tensor(records.X, dtype=torch.float32, device=session.device)
@@ -300,8 +335,14 @@ class JagielskiPost(Method):
         noisy = session.laplace_histogram(HISTOGRAM, scale)(rows, cells, 2 * n_groups * 2)
         return noisy.double().clamp(min=1.0).reshape(2, n_groups, 2).cpu().numpy()
 
-    def _bound(self, counts: np.ndarray, constraint: str, gamma: float, scale: float,
-               session: PrivacySession) -> tuple[np.ndarray, list[float]]:  # fmt: skip
+    def _bound(
+        self,
+        counts: np.ndarray,
+        constraint: str,
+        gamma: float,
+        scale: float,
+        session: PrivacySession,
+    ) -> tuple[np.ndarray, list[float]]:
         """Per equalised rate: gamma, plus the paper's slack when `beta` is set."""
         _, n = rate_matrices(counts, constraint)
         slack = np.zeros(len(n))

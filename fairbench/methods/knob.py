@@ -47,8 +47,9 @@ class Knob:
     def contains(self, value: float) -> bool:
         """Whether `value` is a finite number inside the valid range."""
         above = self.low is None or value > self.low or (self.low_inclusive and value == self.low)
-        below = (self.high is None or value < self.high
-                 or (self.high_inclusive and value == self.high))  # fmt: skip
+        below = (
+            self.high is None or value < self.high or (self.high_inclusive and value == self.high)
+        )
         return math.isfinite(value) and above and below
 
     def validate(self, value: float | None, *, method: str) -> None:

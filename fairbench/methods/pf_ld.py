@@ -204,8 +204,13 @@ class Lagrangian:
     """Per record, loss_i + sum_k c_ik softmax(z_i)_k (`with_loss`), or the second term alone,
     as a function of the logits (..., B, K), with its closed-form logit gradient."""
 
-    def __init__(self, y: torch.Tensor, coef: torch.Tensor, soft: torch.Tensor | None = None,
-                 with_loss: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        y: torch.Tensor,
+        coef: torch.Tensor,
+        soft: torch.Tensor | None = None,
+        with_loss: bool = True,
+    ) -> None:
         self.y, self.coef, self.soft, self.with_loss = y, coef, soft, with_loss
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
@@ -228,8 +233,14 @@ class Dual:
     """The trials' multipliers lambda and gates e = sign(g^) 1[|g^| > alpha], one per (cell,
     group, score), and the per-part weights of the primal step they imply."""
 
-    def __init__(self, layout: Layout, alpha: torch.Tensor, counts: torch.Tensor,
-                 lr_dual: float, lambda_max: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        layout: Layout,
+        alpha: torch.Tensor,
+        counts: torch.Tensor,
+        lr_dual: float,
+        lambda_max: float,
+    ) -> None:
         """`alpha` (T,); `counts` (T, cells, groups): the noisy, floored counts."""
         self.layout, self.lr, self.cap = layout, lr_dual, lambda_max
         self.alpha = alpha.view(-1, 1, 1, 1)
@@ -294,10 +305,11 @@ class PFLDHparams(TrainingHparams):
         10.0, gt=0, description="full notion: Laplace scale of the per-step dual histogram"
     )
     dual_scale: float = Field(
-        100.0, gt=0,
+        100.0,
+        gt=0,
         description="sensitive-attribute notion: Laplace scale of the per-epoch full-data "
         "dual histogram",
-    )  # fmt: skip
+    )
     count_scale: float = Field(
         20.0, gt=0, description="full notion: Laplace scale of the (cell, group) counts"
     )
@@ -331,8 +343,13 @@ class PFLD(Method):
         "Learning: A Lagrangian Dual Approach. AAAI 2021"
     )
     constraints = CONSTRAINTS
-    knob = Knob("alpha", "tolerance on each group-vs-population gap (0: the paper's)",
-                Direction.LOOSER, low=0.0, rate_tolerance=True)  # fmt: skip
+    knob = Knob(
+        "alpha",
+        "tolerance on each group-vs-population gap (0: the paper's)",
+        Direction.LOOSER,
+        low=0.0,
+        rate_tolerance=True,
+    )
     reconstructed = (
         "final PF-LD code (DPFairModel_v2/v3) not public, paper full text unavailable: structure "
         "from the early code drop, privacy by fairbench's full-record decomposition"
@@ -358,8 +375,11 @@ class PFLD(Method):
         if self.sensitive:
             steps = max(1, round(hp.epochs / min(1.0, hp.batch_size / n)))
             releases = self.dual_releases(n, steps)
-            dual = dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(hp.dual_scale),
-                                                releases) if releases else None  # fmt: skip
+            dual = (
+                dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(hp.dual_scale), releases)
+                if releases
+                else None
+            )
             return calibrated(hp, n, privacy, None, StepShape(1, True, dual))
         counts = StepShape(1, False, dp_event.LaplaceDpEvent(hp.count_scale))
         return calibrated(hp, n, privacy, hp.laplace_scale, counts)
@@ -375,8 +395,10 @@ class PFLD(Method):
         plan.record(GROUP_GRADIENT, sgd_steps(q, sigma, steps, None, 1, True))
         releases = self.dual_releases(n, steps)
         if releases:
-            plan.record(HISTOGRAM, dp_event.SelfComposedDpEvent(
-                dp_event.LaplaceDpEvent(hp.dual_scale), releases))  # fmt: skip
+            plan.record(
+                HISTOGRAM,
+                dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(hp.dual_scale), releases),
+            )
         return plan
 
     def _alpha(self, fairness: FairnessSpec) -> float:
@@ -414,23 +436,29 @@ class PFLD(Method):
                 continue
             release = trial.session.laplace_histogram(COUNTS, hp.count_scale)
             ones = torch.ones((data.n, 1), device=dev)
-            counts.append(layout.counts(release(ones, data.trial_rows(part, t), layout.n_parts),
-                                        hp.min_count))  # fmt: skip
+            counts.append(
+                layout.counts(release(ones, data.trial_rows(part, t), layout.n_parts), hp.min_count)
+            )
         alpha = torch.tensor(alphas, device=dev)
         dual = Dual(layout, alpha, torch.stack(counts), hp.lr_dual, hp.lambda_max)
         sessions = [t.session for t in trials]
         if self.sensitive:
-            step = self._sensitive_step(stack, models, data, layout, (cell, part), dual,
-                                        schedule, sessions)  # fmt: skip
+            step = self._sensitive_step(
+                stack, models, data, layout, (cell, part), dual, schedule, sessions
+            )
         else:
             step = self._full_step(stack, data, layout, (cell, part), dual, schedule, sessions)
 
         def report() -> list[dict]:
-            return [{"lambda": lam, "last_noisy_gap": gap, "noisy_counts": n_hat}
-                    for lam, gap, n_hat in zip(dual.lam.flatten(1).cpu().tolist(),
-                                               dual.gap.flatten(1).cpu().tolist(),
-                                               dual.counts.flatten(1).cpu().tolist(),
-                                               strict=True)]  # fmt: skip
+            return [
+                {"lambda": lam, "last_noisy_gap": gap, "noisy_counts": n_hat}
+                for lam, gap, n_hat in zip(
+                    dual.lam.flatten(1).cpu().tolist(),
+                    dual.gap.flatten(1).cpu().tolist(),
+                    dual.counts.flatten(1).cpu().tolist(),
+                    strict=True,
+                )
+            ]
 
         return StackedProgram(models, schedule, step, report)
 
@@ -439,8 +467,7 @@ class PFLD(Method):
         on one Poisson batch; once per epoch the dual update from the epoch's histograms."""
         hp = self.hparams
         cell, part = per_record
-        sums = [x.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
-                for x in sessions]  # fmt: skip
+        sums = [x.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier) for x in sessions]
         histograms = [x.laplace_histogram(HISTOGRAM, hp.laplace_scale) for x in sessions]
         epoch = torch.zeros((len(sessions), layout.n_parts, layout.width), device=data.device)
         period, step_size = self.period(data.n), hp.lr / expected_batch(schedule, data.n)
@@ -452,8 +479,14 @@ class PFLD(Method):
             xb, yb, cb, pb = (rows.rows(v) for v in (data.x, data.y, cell, part))
             logits = stack.logits(xb)
             soft = class_softmax(logits)
-            hist = laplace_histograms(histograms, rows.masked(layout.rows(soft, yb)), pb,
-                                      layout.n_parts, rows.sizes, batches)  # fmt: skip
+            hist = laplace_histograms(
+                histograms,
+                rows.masked(layout.rows(soft, yb)),
+                pb,
+                layout.n_parts,
+                rows.sizes,
+                batches,
+            )
             epoch.add_(hist)
             dual.gates(hist, hp.min_count)
             w = Dual.per_record(dual.group, pb) + Dual.per_record(dual.shared, cb)
@@ -472,8 +505,10 @@ class PFLD(Method):
         once per epoch the dual statistics on the full training data, noised, and the update."""
         hp = self.hparams
         cell, part = per_record
-        sums = [x.gaussian_sum(GROUP_GRADIENT, hp.clip_norm, schedule.noise_multiplier)
-                for x in sessions]  # fmt: skip
+        sums = [
+            x.gaussian_sum(GROUP_GRADIENT, hp.clip_norm, schedule.noise_multiplier)
+            for x in sessions
+        ]
         histograms = [x.laplace_histogram(HISTOGRAM, hp.dual_scale) for x in sessions]
         trials = range(len(sessions))
         x_all = [data.trial_rows(data.x, t) for t in trials]
@@ -492,19 +527,29 @@ class PFLD(Method):
             shared = layout.class_coefficients(Dual.per_record(dual.shared, cb), yb)
             group = layout.class_coefficients(Dual.per_record(dual.group, pb), yb)
             public = stack.contributions(xb, Lagrangian(yb, shared, soft), logits, rows, x_sq)
-            private = stack.contributions(xb, Lagrangian(yb, group, soft, with_loss=False),
-                                          logits, rows, x_sq)  # fmt: skip
+            private = stack.contributions(
+                xb, Lagrangian(yb, group, soft, with_loss=False), logits, rows, x_sq
+            )
             noisy = gaussian_sums(sums, private, batches)
             grads = [g + h for g, h in zip(exact_sums(public), noisy, strict=True)]
             stack.descend(grads, step_size)
             done += 1
             if done % period == 0:
                 with torch.no_grad():
-                    soft_all = torch.stack([torch.softmax(model(x), dim=-1)
-                                            for model, x in zip(models, x_all, strict=True)
-                                            ])  # fmt: skip
-                hist = laplace_histograms(histograms, layout.rows(soft_all, y_all), parts_all,
-                                          layout.n_parts, None, [None] * len(sessions))  # fmt: skip
+                    soft_all = torch.stack(
+                        [
+                            torch.softmax(model(x), dim=-1)
+                            for model, x in zip(models, x_all, strict=True)
+                        ]
+                    )
+                hist = laplace_histograms(
+                    histograms,
+                    layout.rows(soft_all, y_all),
+                    parts_all,
+                    layout.n_parts,
+                    None,
+                    [None] * len(sessions),
+                )
                 dual.update(hist, hp.min_count, fresh_counts=True)
 
         return step
@@ -513,20 +558,30 @@ class PFLD(Method):
         hp = self.hparams
         program = self._program(trials)
         schedule = program.schedule
-        next_round = poisson_rounds([t.session for t in trials], len(trials[0].task.train),
-                                    schedule.sampling_rate)  # fmt: skip
+        next_round = poisson_rounds(
+            [t.session for t in trials], len(trials[0].task.train), schedule.sampling_rate
+        )
         for _ in range(schedule.steps):
             program.step(next_round())
         key, scale = ("dual", hp.dual_scale) if self.sensitive else ("laplace", hp.laplace_scale)
         counts = {} if self.sensitive else {"count": hp.count_scale}
         budget = schedule.budget(**{key: scale, **counts})
-        shared = {**schedule.info(), "clip_norm": hp.clip_norm, f"{key}_scale": scale,
-                  **{f"{k}_scale": v for k, v in counts.items()},
-                  "dual_period_steps": self.period(len(trials[0].task.train))}  # fmt: skip
-        return [Fitted(model, t.session.device, budget=budget,
-                       info={**shared, "alpha": self._alpha(t.fairness), **report})
-                for model, t, report in zip(program.models, trials, program.report(),
-                                            strict=True)]  # fmt: skip
+        shared = {
+            **schedule.info(),
+            "clip_norm": hp.clip_norm,
+            f"{key}_scale": scale,
+            **{f"{k}_scale": v for k, v in counts.items()},
+            "dual_period_steps": self.period(len(trials[0].task.train)),
+        }
+        return [
+            Fitted(
+                model,
+                t.session.device,
+                budget=budget,
+                info={**shared, "alpha": self._alpha(t.fairness), **report},
+            )
+            for model, t, report in zip(program.models, trials, program.report(), strict=True)
+        ]
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
         return self.train_stack([Trial(task, fairness, session)])[0]

@@ -224,9 +224,15 @@ class SGDA(Method):
         """Per step a Laplace histogram and a Gaussian gradient sum on one Poisson batch."""
         plan = PrivacyLedger()
         if self.private:
-            plan.record(f"{HISTOGRAM} + {GRADIENT}", sgd_steps(
-                schedule.sampling_rate, schedule.noise_multiplier, schedule.steps,
-                self.laplace_scale()))  # fmt: skip
+            plan.record(
+                f"{HISTOGRAM} + {GRADIENT}",
+                sgd_steps(
+                    schedule.sampling_rate,
+                    schedule.noise_multiplier,
+                    schedule.steps,
+                    self.laplace_scale(),
+                ),
+            )
         return plan
 
     def stackable(self) -> bool:
@@ -235,8 +241,9 @@ class SGDA(Method):
     def _constraints(self, fairness: FairnessSpec, task: Task) -> constraints.RateConstraintSet:
         if fairness.knob is None:
             raise ConfigError(f"method {self.name} needs gamma values: give the method `knobs`")
-        return constraints.build(fairness.constraint, fairness.definition, task.n_classes,
-                                 task.n_groups, fairness.knob)  # fmt: skip
+        return constraints.build(
+            fairness.constraint, fairness.definition, task.n_classes, task.n_groups, fairness.knob
+        )
 
     @staticmethod
     def _parts(cs: constraints.RateConstraintSet, task: Task) -> np.ndarray:
@@ -258,10 +265,11 @@ class SGDA(Method):
         models = init_models(hp, trials)
         stack = stack_models(models)
         schedule = one_schedule([self.schedule(data.n, t.session.budget) for t in trials])
-        histograms = [t.session.laplace_histogram(HISTOGRAM, self.laplace_scale())
-                      for t in trials]  # fmt: skip
-        gradient_sums = [t.session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
-                         for t in trials]  # fmt: skip
+        histograms = [t.session.laplace_histogram(HISTOGRAM, self.laplace_scale()) for t in trials]
+        gradient_sums = [
+            t.session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
+            for t in trials
+        ]
         rates = constraints.TorchRates(sets, dev)
         n_parts, hard = sets[0].n_parts, hp.dual_rates == "hard"
         lam = torch.zeros((len(trials), sets[0].n_constraints), device=dev)
@@ -286,8 +294,10 @@ class SGDA(Method):
             lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
 
         def report() -> list[dict]:
-            return [{"n_constraints": sets[0].n_constraints, "lambda": row}
-                    for row in lam.cpu().tolist()]  # fmt: skip
+            return [
+                {"n_constraints": sets[0].n_constraints, "lambda": row}
+                for row in lam.cpu().tolist()
+            ]
 
         return StackedProgram(models, schedule, step, report)
 
@@ -298,11 +308,20 @@ class SGDA(Method):
         hp, laplace = self.hparams, self.laplace_scale()
         budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
         return [
-            Fitted(model, t.session.device, budget=budget,
-                   info={**schedule.info(), "laplace_scale": laplace, "clip_norm": hp.clip_norm,
-                         "gamma": t.fairness.knob, **report})
+            Fitted(
+                model,
+                t.session.device,
+                budget=budget,
+                info={
+                    **schedule.info(),
+                    "laplace_scale": laplace,
+                    "clip_norm": hp.clip_norm,
+                    "gamma": t.fairness.knob,
+                    **report,
+                },
+            )
             for model, t, report in zip(program.models, trials, program.report(), strict=True)
-        ]  # fmt: skip
+        ]
 
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
         return self.train_stack([Trial(task, fairness, session)])[0]

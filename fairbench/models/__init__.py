@@ -46,8 +46,11 @@ def build_model(
     built on the meta device first, so the global torch RNG is neither read nor advanced."""
     generator = generator or torch.Generator()
     with torch.device("meta"):
-        model = LogisticRegression(n_features, n_classes) if kind == "logistic" else MLP(
-            n_features, n_classes, hidden)  # fmt: skip
+        model = (
+            LogisticRegression(n_features, n_classes)
+            if kind == "logistic"
+            else MLP(n_features, n_classes, hidden)
+        )
     model = model.to_empty(device=generator.device)
     for layer in model.modules():
         if isinstance(layer, nn.Linear):

@@ -51,8 +51,7 @@ class StackedLinear:
         """Each record's gradient of `loss` (whose `logit_grad` maps (T, B, K) logits to
         dloss/dlogits) as outer products; padding rows (`rows.mask` False) contribute nothing.
         `x_sq`: the rows' squared norms, if known."""
-        return StackedOuterProducts.masked(loss.logit_grad(logits), x, rows.mask, rows.sizes,
-                                           x_sq)  # fmt: skip
+        return StackedOuterProducts.masked(loss.logit_grad(logits), x, rows.mask, rows.sizes, x_sq)
 
     @torch.no_grad()
     def descend(self, sums: list[torch.Tensor], step: float) -> None:

@@ -69,8 +69,9 @@ class Rows:
 
     def norms(self) -> Array:
         if isinstance(self.parts[0], np.ndarray):
-            flat = np.concatenate([p.reshape(len(p), p[0].size if len(p) else 0)
-                                   for p in self.parts], axis=1)  # fmt: skip
+            flat = np.concatenate(
+                [p.reshape(len(p), p[0].size if len(p) else 0) for p in self.parts], axis=1
+            )
             return np.linalg.norm(flat, axis=1)
         return torch.cat([p.flatten(1) for p in self.parts], dim=1).norm(dim=1)
 
@@ -190,8 +191,14 @@ class StackedScattered:
     sizes: list[int]
 
     @classmethod
-    def masked(cls, rows: torch.Tensor, index: torch.Tensor, n_targets: int,
-               mask: torch.Tensor | None, sizes: list[int]) -> StackedScattered:  # fmt: skip
+    def masked(
+        cls,
+        rows: torch.Tensor,
+        index: torch.Tensor,
+        n_targets: int,
+        mask: torch.Tensor | None,
+        sizes: list[int],
+    ) -> StackedScattered:
         """`mask` (T, B) marks real rows; None: no padding."""
         if mask is not None:
             rows = rows * mask.view(*mask.shape, *[1] * (rows.dim() - 2)).to(rows.dtype)
@@ -213,8 +220,7 @@ class StackedScattered:
         if factors is not None:
             rows = rows * factors.reshape(*factors.shape, *([1] * (rows.dim() - 2)))
         n_trials, width = rows.shape[0], rows.shape[2:]
-        out = torch.zeros((n_trials * self.n_targets, *width), dtype=rows.dtype,
-                          device=rows.device)  # fmt: skip
+        out = torch.zeros((n_trials * self.n_targets, *width), dtype=rows.dtype, device=rows.device)
         index = self.index
         if n_trials > 1:
             offsets = torch.arange(n_trials, device=index.device).unsqueeze(1) * self.n_targets
@@ -231,8 +237,12 @@ class StackedScattered:
 def as_float64(contributions: Contributions) -> Contributions:
     """The same contributions in float64, for sums whose rounding error must be bounded."""
     if isinstance(contributions, Rows):
-        return Rows([p.astype(np.float64) if isinstance(p, np.ndarray) else p.double()
-                     for p in contributions.parts])  # fmt: skip
+        return Rows(
+            [
+                p.astype(np.float64) if isinstance(p, np.ndarray) else p.double()
+                for p in contributions.parts
+            ]
+        )
     if isinstance(contributions, OuterProducts):
         return OuterProducts(contributions.a.double(), contributions.x.double())
     if isinstance(contributions, Scattered):

@@ -65,8 +65,9 @@ def _has_shared_pair(event: dp_event.DpEvent) -> bool:
 def _laplace_rdp(scale: float, orders: np.ndarray) -> np.ndarray:
     """RDP of the Laplace mechanism, l1 sensitivity 1 (Mironov 2017, Table II)."""
     a, r = orders.astype(float), 1.0 / scale
-    terms = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) * r,
-                         np.log((a - 1) / (2 * a - 1)) - a * r)  # fmt: skip
+    terms = np.logaddexp(
+        np.log(a / (2 * a - 1)) + (a - 1) * r, np.log((a - 1) / (2 * a - 1)) - a * r
+    )
     return terms / (a - 1)
 
 
@@ -195,8 +196,12 @@ def cross_check(event: dp_event.DpEvent, delta: float, reported: float) -> dict[
     for name, bound in (("RDP", rdp), ("Laplace closed form", closed)):
         if bound is not None and math.isfinite(bound) and reported > bound * (1 + RDP_TOLERANCE):
             problems.append(f"above the {name} upper bound {bound:.6g}")
-    return {"pld_optimistic": optimistic, "rdp": rdp, "laplace_closed_form": closed,
-            "problems": problems}  # fmt: skip
+    return {
+        "pld_optimistic": optimistic,
+        "rdp": rdp,
+        "laplace_closed_form": closed,
+        "problems": problems,
+    }
 
 
 def check_ledger(ledger: PrivacyLedger, delta: float, reported: float) -> dict[str, Any]:

@@ -85,8 +85,7 @@ def normal_form(ledger: PrivacyLedger) -> PrivacyLedger:
     out = PrivacyLedger(parallel_groups=ledger.parallel_groups)
     for group, text in sorted(counts, key=_order):
         times, event = counts[(group, text)], objects[text]
-        out.record(text, event if times == 1 else dp_event.SelfComposedDpEvent(event, times),
-                   group)  # fmt: skip
+        out.record(text, event if times == 1 else dp_event.SelfComposedDpEvent(event, times), group)
     return out
 
 
@@ -106,8 +105,13 @@ def _rounds(event: dp_event.DpEvent, objects: dict[str, dp_event.DpEvent]) -> Co
         inner_objects: dict[str, dp_event.DpEvent] = {}
         texts = sorted(_rounds(event.event, inner_objects).elements())
         parts = [inner_objects[t] for t in texts]
-        inner = (dp_event.NoOpDpEvent() if not parts else parts[0] if len(parts) == 1
-                 else dp_event.ComposedDpEvent(parts))  # fmt: skip
+        inner = (
+            dp_event.NoOpDpEvent()
+            if not parts
+            else parts[0]
+            if len(parts) == 1
+            else dp_event.ComposedDpEvent(parts)
+        )
         text = f"{type(event).__name__}({event.sampling_probability!r}, {texts})"
         objects[text] = type(event)(event.sampling_probability, inner)
         return Counter({text: 1})

@@ -98,8 +98,9 @@ def fine_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Te
 
 
 def _words(count: int, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    return torch.rand((count, *shape), generator=generator, dtype=torch.float64,
-                      device=generator.device)  # fmt: skip
+    return torch.rand(
+        (count, *shape), generator=generator, dtype=torch.float64, device=generator.device
+    )
 
 
 def _fine(words: torch.Tensor) -> torch.Tensor:
@@ -131,15 +132,17 @@ def standard_gaussian(shape: tuple[int, ...], generator: torch.Generator) -> tor
     return _rare_draws(z, tail, beyond, generator)
 
 
-def _rare_draws(z: torch.Tensor, tail: torch.Tensor, beyond: torch.Tensor,
-                generator: torch.Generator) -> torch.Tensor:  # fmt: skip
+def _rare_draws(
+    z: torch.Tensor, tail: torch.Tensor, beyond: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """`standard_gaussian`'s rare path: body draws past the tail start redrawn, tail-selected
     coordinates drawn from the tail, continuing `generator`."""
     device = generator.device
     beyond &= ~tail  # body draws past the tail start: redrawn
     while bool(beyond.any()):
-        z[beyond] = torch.randn(int(beyond.sum()), generator=generator, dtype=torch.float64,
-                                device=device)  # fmt: skip
+        z[beyond] = torch.randn(
+            int(beyond.sum()), generator=generator, dtype=torch.float64, device=device
+        )
         beyond &= z.abs() > TAIL_START
     if bool(tail.any()):
         z[tail] = gaussian_tail(int(tail.sum()), generator)
@@ -179,8 +182,10 @@ def stacked_standard_gaussian(generators: list[torch.Generator], width: int) -> 
     per-row draws are torch's, the rest is one tensor program over the stack."""
     if not host_reads_free(generators[0].device):
         return _dense_gaussian(_stacked_words(UNIFORM_WORDS + 2, generators, width))
-    z, u = (torch.empty((len(generators), width), dtype=torch.float64,
-                        device=generators[0].device) for _ in range(2))  # fmt: skip
+    z, u = (
+        torch.empty((len(generators), width), dtype=torch.float64, device=generators[0].device)
+        for _ in range(2)
+    )
     for t, generator in enumerate(generators):
         torch.randn((width,), generator=generator, dtype=torch.float64, out=z[t])
         torch.rand((width,), generator=generator, dtype=torch.float64, out=u[t])
@@ -206,8 +211,9 @@ def stacked_standard_laplace(generators: list[torch.Generator], width: int) -> t
 
 def _stacked_words(count: int, generators: list[torch.Generator], width: int) -> torch.Tensor:
     """(count, T, width): trial t's `_words(count, (width,), generators[t])` at [:, t]."""
-    words = torch.empty((len(generators), count, width), dtype=torch.float64,
-                        device=generators[0].device)  # fmt: skip
+    words = torch.empty(
+        (len(generators), count, width), dtype=torch.float64, device=generators[0].device
+    )
     for row, generator in zip(words, generators, strict=True):
         torch.rand((count, width), generator=generator, dtype=torch.float64, out=row)
     return words.transpose(0, 1)
@@ -219,31 +225,36 @@ class FloatNoise:
     def __init__(self, generator: torch.Generator) -> None:
         self.generator = generator
 
-    def gaussian(self, values: torch.Tensor, noise_multiplier: float, sensitivity: float,
-                 records: int) -> torch.Tensor:  # fmt: skip
+    def gaussian(
+        self, values: torch.Tensor, noise_multiplier: float, sensitivity: float, records: int
+    ) -> torch.Tensor:
         """`values` (float64) plus N(0, (noise_multiplier * sensitivity)^2) per coordinate."""
         noise = standard_gaussian(tuple(values.shape), self.generator)
         return values + noise.mul_(noise_multiplier * sensitivity)
 
-    def laplace(self, values: torch.Tensor, scale: float, sensitivity: float,
-                records: int) -> torch.Tensor:  # fmt: skip
+    def laplace(
+        self, values: torch.Tensor, scale: float, sensitivity: float, records: int
+    ) -> torch.Tensor:
         """`values` (float64) plus Laplace(scale * sensitivity) per coordinate (l1)."""
         return values + standard_laplace(tuple(values.shape), self.generator).mul_(
-            scale * sensitivity)  # fmt: skip
+            scale * sensitivity
+        )
 
 
 class SecureNoise:
     """Exact discrete noise on a grid, from OpenDP (see the module docstring)."""
 
-    def gaussian(self, values: torch.Tensor, noise_multiplier: float, sensitivity: float,
-                 records: int) -> torch.Tensor:  # fmt: skip
+    def gaussian(
+        self, values: torch.Tensor, noise_multiplier: float, sensitivity: float, records: int
+    ) -> torch.Tensor:
         grid, units = _on_grid(values, sensitivity, records)
         bound = sensitivity / grid + 1 + math.sqrt(units.numel())
         noisy = _opendp_sampler("gaussian", noise_multiplier * bound)(units.tolist())
         return _off_grid(noisy, grid, values)
 
-    def laplace(self, values: torch.Tensor, scale: float, sensitivity: float,
-                records: int) -> torch.Tensor:  # fmt: skip
+    def laplace(
+        self, values: torch.Tensor, scale: float, sensitivity: float, records: int
+    ) -> torch.Tensor:
         grid, units = _on_grid(values, sensitivity, records)
         bound = sensitivity / grid + 1 + units.numel()
         noisy = _opendp_sampler("laplace", scale * bound)(units.tolist())
@@ -284,12 +295,17 @@ def _opendp_sampler(kind: Kind, scale: float) -> Callable[[list[int]], list[int]
 NoiseSource = FloatNoise | SecureNoise
 
 
-def noisy_sums(kind: Kind, noise: NoiseSource, sums: list, multiplier: float, sensitivity: float,
-               records: int) -> list:  # fmt: skip
+def noisy_sums(
+    kind: Kind, noise: NoiseSource, sums: list, multiplier: float, sensitivity: float, records: int
+) -> list:
     """One release of the concatenated `sums` (torch or numpy, any float dtype): computed in
     float64, returned in each sum's own type and dtype."""
-    parts = [torch.from_numpy(np.asarray(s, dtype=np.float64)) if isinstance(s, np.ndarray)
-             else s.double() for s in sums]  # fmt: skip
+    parts = [
+        torch.from_numpy(np.asarray(s, dtype=np.float64))
+        if isinstance(s, np.ndarray)
+        else s.double()
+        for s in sums
+    ]
     flat = parts[0].reshape(-1) if len(parts) == 1 else torch.cat([p.reshape(-1) for p in parts])
     draw = noise.gaussian if kind == "gaussian" else noise.laplace
     pieces = draw(flat, multiplier, sensitivity, records).split([p.numel() for p in parts])
@@ -297,17 +313,24 @@ def noisy_sums(kind: Kind, noise: NoiseSource, sums: list, multiplier: float, se
     return _release(kind, sums, noisy)
 
 
-def stacked_noisy_sums(kind: Kind, sources: list[NoiseSource], sums: list[torch.Tensor],
-                       multiplier: float, sensitivity: float,
-                       records: list[int]) -> list[torch.Tensor]:  # fmt: skip
+def stacked_noisy_sums(
+    kind: Kind,
+    sources: list[NoiseSource],
+    sums: list[torch.Tensor],
+    multiplier: float,
+    sensitivity: float,
+    records: list[int],
+) -> list[torch.Tensor]:
     """T releases at once: trial t's release of the concatenated `[s[t] for s in sums]`
     (each sum stacked on a leading trial axis) from `sources[t]`, equal to `noisy_sums` of
     that trial alone. Float samplers draw each trial's noise from its own stream and add it in
     one tensor program; other sources (or an installed observer) go trial by trial."""
     n_trials = len(sources)
     if _observer is not None or not all(isinstance(x, FloatNoise) for x in sources):
-        per_trial = [noisy_sums(kind, source, [s[t] for s in sums], multiplier, sensitivity,
-                                records[t]) for t, source in enumerate(sources)]  # fmt: skip
+        per_trial = [
+            noisy_sums(kind, source, [s[t] for s in sums], multiplier, sensitivity, records[t])
+            for t, source in enumerate(sources)
+        ]
         return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
     flat = torch.cat([s.reshape(n_trials, -1).double() for s in sums], dim=1)
     draw = stacked_standard_gaussian if kind == "gaussian" else stacked_standard_laplace
@@ -323,8 +346,9 @@ def _like(value: torch.Tensor, like: torch.Tensor | np.ndarray) -> torch.Tensor 
     return value.to(like.dtype)
 
 
-def noisy_symmetric(noise: NoiseSource, matrix: np.ndarray, multiplier: float, sensitivity: float,
-                    records: int) -> np.ndarray:  # fmt: skip
+def noisy_symmetric(
+    noise: NoiseSource, matrix: np.ndarray, multiplier: float, sensitivity: float, records: int
+) -> np.ndarray:
     """A symmetric matrix plus symmetric Gaussian noise, i.i.d. on and above the diagonal
     (Analyze-Gauss: one record moves the matrix by a symmetric outer product)."""
     upper = np.triu_indices(len(matrix))

@@ -189,9 +189,11 @@ def build(event: dp_event.DpEvent, interval: float, pessimistic: bool = True) ->
         return pld_lib.identity(interval, pessimistic)
     if (precision := _gaussian_precision(event)) is not None:  # one Gaussian, exactly
         return pld_lib.from_gaussian_mechanism(
-            precision**-0.5, value_discretization_interval=interval,
-            pessimistic_estimate=pessimistic, use_connect_dots=pessimistic,
-        )  # fmt: skip
+            precision**-0.5,
+            value_discretization_interval=interval,
+            pessimistic_estimate=pessimistic,
+            use_connect_dots=pessimistic,
+        )
     if isinstance(event, dp_event.ComposedDpEvent):
         result = pld_lib.identity(interval, pessimistic)
         for part in event.events:
@@ -212,14 +214,20 @@ def build(event: dp_event.DpEvent, interval: float, pessimistic: bool = True) ->
     sigma, laplace = one_batch(event)
     if laplace is None:
         return pld_lib.from_gaussian_mechanism(
-            sigma, value_discretization_interval=interval, sampling_prob=q,
-            pessimistic_estimate=pessimistic, use_connect_dots=pessimistic,
-        )  # fmt: skip
+            sigma,
+            value_discretization_interval=interval,
+            sampling_prob=q,
+            pessimistic_estimate=pessimistic,
+            use_connect_dots=pessimistic,
+        )
     if sigma is None:
         return pld_lib.from_laplace_mechanism(
-            laplace, value_discretization_interval=interval, sampling_prob=q,
-            pessimistic_estimate=pessimistic, use_connect_dots=pessimistic,
-        )  # fmt: skip
+            laplace,
+            value_discretization_interval=interval,
+            sampling_prob=q,
+            pessimistic_estimate=pessimistic,
+            use_connect_dots=pessimistic,
+        )
     if not pessimistic:
         raise NoOptimisticBound("Gaussian and Laplace releases on one batch")
     return _shared_gauss_laplace(q, sigma, laplace, interval)

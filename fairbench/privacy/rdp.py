@@ -166,8 +166,9 @@ def _reverse_moment(
     log1p_rho_r = np.logaddexp(0.0, math.log(rho) + log_r)  # log(1 + rho R), stably
     # exponents below -700 are raised to it (an upward error under e^-700): denormal
     # numbers would make the sum ~20x slower
-    return np.array([weights @ np.exp(np.maximum(-(order - 1) * log1p_rho_r, -700.0))
-                     for order in a])  # fmt: skip
+    return np.array(
+        [weights @ np.exp(np.maximum(-(order - 1) * log1p_rho_r, -700.0)) for order in a]
+    )
 
 
 def _gauss_legendre(lo: float, hi: float, panels: int) -> tuple[np.ndarray, np.ndarray]:

@@ -68,8 +68,7 @@ def poisson_batches(
         return lambda: everyone
     chunk = poisson_chunk(n, sampling_rate)
     if host_reads_free(device):
-        return lambda: _included(_positions(-1.0, chunk, sampling_rate, gen), n, sampling_rate,
-                                 gen)  # fmt: skip
+        return lambda: _included(_positions(-1.0, chunk, sampling_rate, gen), n, sampling_rate, gen)
 
     checks = DeviceChecks() if checks is None else checks
 
@@ -143,8 +142,10 @@ def stacked_poisson_batches(
             inside = positions < n
             return positions.long().masked_fill_(~inside, 0), inside, None
         if bool((positions[:, -1] < n).any()):  # rare: a row needs another chunk
-            rows = [_included(row, n, sampling_rate, g) for row, g in zip(positions, generators,
-                                                                        strict=True)]  # fmt: skip
+            rows = [
+                _included(row, n, sampling_rate, g)
+                for row, g in zip(positions, generators, strict=True)
+            ]
             return _padded(rows, device)
         inside = positions < n
         sizes = inside.sum(dim=1).tolist()

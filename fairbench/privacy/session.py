@@ -102,8 +102,11 @@ class Guarantee:
         """Why it is not whole-record DP ("" when it is)."""
         if self.notion is PrivacyNotion.NONE:
             return "it is not private"
-        reasons = ([] if self.notion is PrivacyNotion.FULL else
-                   [f"its epsilon is stated for the {self.notion.value} notion only"])  # fmt: skip
+        reasons = (
+            []
+            if self.notion is PrivacyNotion.FULL
+            else [f"its epsilon is stated for the {self.notion.value} notion only"]
+        )
         reasons += [f"it reads the {name.replace('-', ' ')} exactly" for name in self.public]
         return " and ".join(reasons)
 
@@ -179,8 +182,11 @@ class PrivacySession:
         self.plan = PrivacyLedger(list(plan.entries), plan.parallel_groups)
         self._allowance = planned_releases(self.plan)
         if self.private:
-            self.guarantee = (guarantee if isinstance(guarantee, Guarantee)
-                              else Guarantee(PrivacyNotion(guarantee)))  # fmt: skip
+            self.guarantee = (
+                guarantee
+                if isinstance(guarantee, Guarantee)
+                else Guarantee(PrivacyNotion(guarantee))
+            )
 
     def extend_plan(self, entries: PrivacyLedger) -> None:
         """Add planned entries after an adaptive stage (e.g. budgets set by noisy outputs)."""
@@ -209,8 +215,9 @@ class PrivacySession:
         name = f"noise/{label}" if group is None else f"noise/{label}/group{group}"
         key = (name, str(device))
         if key not in self._noise:
-            self._noise[key] = SecureNoise() if self.secure_noise else FloatNoise(
-                self.stream(name, device))  # fmt: skip
+            self._noise[key] = (
+                SecureNoise() if self.secure_noise else FloatNoise(self.stream(name, device))
+            )
         return self._noise[key]
 
     # -- sampling -----------------------------------------------------------------------------
@@ -317,8 +324,7 @@ class GaussianSum:
         return self.session.private and self.session.secure_noise
 
     def __call__(self, contributions: Contributions, batch: Batch | None = None) -> list[Array]:
-        exact = clipped_sum(as_float64(contributions) if self.secure else contributions,
-                            self.clip)  # fmt: skip
+        exact = clipped_sum(as_float64(contributions) if self.secure else contributions, self.clip)
         noisy = self.release(exact, len(contributions), batch)
         return [_as_dtype(v, contributions.dtype) for v in noisy] if self.secure else noisy
 
@@ -331,8 +337,9 @@ class GaussianSum:
         noise = self.record(batch, _device(exact[0]))
         if noise is None:
             return exact
-        return noisy_sums("gaussian", noise, exact, self.noise_multiplier, self.sensitivity,
-                          records)  # fmt: skip
+        return noisy_sums(
+            "gaussian", noise, exact, self.noise_multiplier, self.sensitivity, records
+        )
 
     def record(self, batch: Batch | None, device: torch.device) -> NoiseSource | None:
         """Check and record one release (refused beyond the plan, before any noise is drawn):
@@ -362,11 +369,13 @@ class GaussianCounts:
         sensitivity = self.session.substitution_factor(math.sqrt(2))
         if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
             return counts
-        self.session._record(self.label, dp_event.GaussianDpEvent(self.noise_multiplier), batch,
-                             self.group)  # fmt: skip
+        self.session._record(
+            self.label, dp_event.GaussianDpEvent(self.noise_multiplier), batch, self.group
+        )
         noise = self.session.noise(self.label, self.group, _device(counts))
-        return noisy_sums("gaussian", noise, [counts], self.noise_multiplier, sensitivity,
-                          len(cells))[0]  # fmt: skip
+        return noisy_sums(
+            "gaussian", noise, [counts], self.noise_multiplier, sensitivity, len(cells)
+        )[0]
 
 
 class LaplaceHistogram:
@@ -446,8 +455,9 @@ class GaussianGram:
         sensitivity = self.clip**2 * self.session.substitution_factor(2.0)
         if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
             return gram
-        self.session._record(self.label, dp_event.GaussianDpEvent(self.noise_multiplier), None,
-                             None)  # fmt: skip
+        self.session._record(
+            self.label, dp_event.GaussianDpEvent(self.noise_multiplier), None, None
+        )
         noise = self.session.noise(self.label, None, torch.device("cpu"))
         return noisy_symmetric(noise, gram, self.noise_multiplier, sensitivity, len(rows))
 
@@ -466,8 +476,11 @@ def ledger_of(
     """Releases grouped into rounds (one per Poisson batch, or one per full-data release),
     identical rounds counted into self-compositions. Each distinct round's event is built
     and printed once (a run records tens of thousands of identical rounds)."""
-    sampled = SubstitutionSampledDpEvent if notion is PrivacyNotion.SENSITIVE_ATTRIBUTE else (
-        dp_event.PoissonSampledDpEvent)  # fmt: skip
+    sampled = (
+        SubstitutionSampledDpEvent
+        if notion is PrivacyNotion.SENSITIVE_ATTRIBUTE
+        else (dp_event.PoissonSampledDpEvent)
+    )
     texts: dict[int, str] = {}  # repr by event object: releases keep their events alive
 
     def text(event: dp_event.DpEvent) -> str:
@@ -493,8 +506,11 @@ def ledger_of(
         label = " + ".join(r.label for r in parts)
         key = (label, parts[0].rate, tuple(text(r.event) for r in parts), group)
         if key not in built:
-            inner = parts[0].event if len(parts) == 1 else dp_event.ComposedDpEvent(
-                [r.event for r in parts])  # fmt: skip
+            inner = (
+                parts[0].event
+                if len(parts) == 1
+                else dp_event.ComposedDpEvent([r.event for r in parts])
+            )
             event = sampled(parts[0].rate, inner)
             built[key] = (event, repr(event))
         event, event_text = built[key]
@@ -506,8 +522,9 @@ def ledger_of(
     ledger = PrivacyLedger(parallel_groups=parallel_groups)
     for (label, event_text, group), times in counted.items():
         event = events[event_text]
-        ledger.record(label, event if times == 1 else dp_event.SelfComposedDpEvent(event, times),
-                      group)  # fmt: skip
+        ledger.record(
+            label, event if times == 1 else dp_event.SelfComposedDpEvent(event, times), group
+        )
     return ledger
 
 

@@ -43,13 +43,15 @@ class StackedBatches:
     sizes: list[int] | None  # None on a device: reading them would sync the host
 
 
-def poisson_rounds(sessions: list[PrivacySession], n: int, rate: float
-                   ) -> Callable[[], StackedBatches]:  # fmt: skip
+def poisson_rounds(
+    sessions: list[PrivacySession], n: int, rate: float
+) -> Callable[[], StackedBatches]:
     """Each session's Poisson batches from its own "sampling" stream (as `session.poisson`
     draws them), drawn together."""
     device = sessions[0].device
-    draw = stacked_poisson_batches(n, rate, [s.stream("sampling") for s in sessions], device,
-                                   [s.checks for s in sessions])  # fmt: skip
+    draw = stacked_poisson_batches(
+        n, rate, [s.stream("sampling") for s in sessions], device, [s.checks for s in sessions]
+    )
 
     def next_round() -> StackedBatches:
         index, mask, sizes = draw()
@@ -64,9 +66,13 @@ def _plain(mechanisms: list, kind: type, parameters: tuple[str, ...]) -> bool:
     """Every mechanism is the session's own `kind` with float noise, and all share their
     parameters and privacy: the stack can be released in one pass."""
     first = mechanisms[0]
-    return all(type(m) is kind and not m.secure and m.session.private == first.session.private
-               and all(getattr(m, p) == getattr(first, p) for p in parameters)
-               for m in mechanisms)  # fmt: skip
+    return all(
+        type(m) is kind
+        and not m.secure
+        and m.session.private == first.session.private
+        and all(getattr(m, p) == getattr(first, p) for p in parameters)
+        for m in mechanisms
+    )
 
 
 def gaussian_sums(mechanisms: list, contributions, batches: list[Batch]) -> list[torch.Tensor]:
@@ -84,8 +90,9 @@ def gaussian_sums(mechanisms: list, contributions, batches: list[Batch]) -> list
     sources = [m.record(b, exact[0].device) for m, b in zip(mechanisms, batches, strict=True)]
     if sources[0] is None:  # non-private trials: exact sums
         return exact
-    return stacked_noisy_sums("gaussian", sources, exact, first.noise_multiplier,
-                              first.sensitivity, contributions.sizes)  # fmt: skip
+    return stacked_noisy_sums(
+        "gaussian", sources, exact, first.noise_multiplier, first.sensitivity, contributions.sizes
+    )
 
 
 def laplace_histograms(
@@ -104,9 +111,12 @@ def laplace_histograms(
     first = mechanisms[0]
     sizes = [rows.shape[1]] * n_trials if sizes is None else sizes  # bounds: padding is zero
     if not _plain(mechanisms, LaplaceHistogram, ("scale", "sensitivity")):
-        return torch.stack([m(rows[t, :size], parts[t, :size], n_parts, batches[t])
-                            for t, (m, size) in enumerate(zip(mechanisms, sizes, strict=True))
-                            ])  # fmt: skip
+        return torch.stack(
+            [
+                m(rows[t, :size], parts[t, :size], n_parts, batches[t])
+                for t, (m, size) in enumerate(zip(mechanisms, sizes, strict=True))
+            ]
+        )
     if first.session.private:
         check_l1_rows(first.label, rows, first.session.checks)
     offsets = torch.arange(n_trials, device=rows.device).unsqueeze(1) * n_parts
@@ -116,5 +126,4 @@ def laplace_histograms(
     sources = [m.record(b, rows.device) for m, b in zip(mechanisms, batches, strict=True)]
     if sources[0] is None:
         return hist
-    return stacked_noisy_sums("laplace", sources, [hist], first.scale, first.sensitivity,
-                              sizes)[0]  # fmt: skip
+    return stacked_noisy_sums("laplace", sources, [hist], first.scale, first.sensitivity, sizes)[0]

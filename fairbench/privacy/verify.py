@@ -43,6 +43,9 @@ def verify_rows(rows: list[dict[str, Any]]) -> list[Finding]:
         stored = row["epsilon_spent"]
         if not math.isclose(stored, recomputed, rel_tol=RECOMPUTE_TOLERANCE, abs_tol=1e-12):
             problems.append(f"stored epsilon {stored:.6g} but the ledger gives {recomputed:.6g}")
-        findings.append(Finding(row["trial_id"], row["label"], row["epsilon"], stored,
-                                recomputed, checks, problems))  # fmt: skip
+        findings.append(
+            Finding(
+                row["trial_id"], row["label"], row["epsilon"], stored, recomputed, checks, problems
+            )
+        )
     return findings

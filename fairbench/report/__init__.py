@@ -96,7 +96,15 @@ def write_report(run_dir: Path) -> Report:
         (run_dir / name).with_suffix(".tex").write_text(latex_tables(markdown, name))
     config_path = run_dir / CONFIG_FILE
     config_yaml = config_path.read_text() if config_path.is_file() else ""
-    page = report_html(run_dir, title, warnings, out.figures, privacy_summary(trials), documents,
-                       config_yaml, len(trials))  # fmt: skip
+    page = report_html(
+        run_dir,
+        title,
+        warnings,
+        out.figures,
+        privacy_summary(trials),
+        documents,
+        config_yaml,
+        len(trials),
+    )
     out.html.write_text(page)
     return out

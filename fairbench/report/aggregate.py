@@ -68,8 +68,9 @@ def with_satisfaction_interval(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with `satisfied_ci_low/high`: the interval of `satisfied_k` of `satisfied_n`."""
     pairs = zip(frame["satisfied_k"], frame["satisfied_n"], strict=True)
     bounds = [clopper_pearson(int(k), int(n)) for k, n in pairs]
-    return frame.assign(satisfied_ci_low=[b[0] for b in bounds],
-                        satisfied_ci_high=[b[1] for b in bounds])  # fmt: skip
+    return frame.assign(
+        satisfied_ci_low=[b[0] for b in bounds], satisfied_ci_high=[b[1] for b in bounds]
+    )
 
 
 def ci95(values: pd.Series) -> float:
@@ -138,8 +139,13 @@ def merge_identical_knobs(trials: pd.DataFrame) -> tuple[pd.DataFrame, list[dict
             keep = grp[grp["knob"] == min(knobs)].index
             trials.loc[keep, "knob_values"] = _knob_text(knobs)
             dropped.extend(grp[grp["knob"].isin(knobs) & (grp["knob"] != min(knobs))].index)
-            merged.append({**dict(zip(POINT[:-1], key, strict=True)), "knobs": sorted(knobs),
-                           "n_seeds": int(grp["seed"].nunique())})  # fmt: skip
+            merged.append(
+                {
+                    **dict(zip(POINT[:-1], key, strict=True)),
+                    "knobs": sorted(knobs),
+                    "n_seeds": int(grp["seed"].nunique()),
+                }
+            )
     return trials.drop(index=dropped), merged
 
 

@@ -30,8 +30,13 @@ def _legacy_budget(row: pd.Series) -> dict[str, Any]:
     """The budget of a row stored before methods reported one, from the keys they did record."""
     info, hparams = row["info"], row["hparams"]
     if "rho" in info:  # DPSE / DPNoSE: full-batch rounds at a calibrated zCDP budget
-        return {"steps": info["steps"], "sampling_rate": None, "noise": {"rho": info["rho"]},
-                "calibrated": "rho", "at_bound": False}  # fmt: skip
+        return {
+            "steps": info["steps"],
+            "sampling_rate": None,
+            "noise": {"rho": info["rho"]},
+            "calibrated": "rho",
+            "at_bound": False,
+        }
     # CGOO counted oracle steps per iteration
     steps = info["oracle_steps"] * info["iterations"] if "oracle_steps" in info else info["steps"]
     sigma = float(info.get("noise_multiplier") or 0.0)
@@ -47,8 +52,13 @@ def _legacy_budget(row: pd.Series) -> dict[str, Any]:
     if sigma > 0:
         calibrated = "steps" if hparams.get("calibrate") == "steps" else "noise_multiplier"
     at_bound = sigma > 0 and at_search_bound(steps, sigma)
-    return {"steps": int(steps), "sampling_rate": info.get("sampling_rate"), "noise": noise,
-            "calibrated": calibrated, "at_bound": at_bound}  # fmt: skip
+    return {
+        "steps": int(steps),
+        "sampling_rate": info.get("sampling_rate"),
+        "noise": noise,
+        "calibrated": calibrated,
+        "at_bound": at_bound,
+    }
 
 
 def _columns(row: pd.Series) -> dict[str, Any]:
@@ -71,5 +81,6 @@ def _columns(row: pd.Series) -> dict[str, Any]:
 
 def budget_columns(trials: pd.DataFrame) -> pd.DataFrame:
     """One row per trial with `BUDGET_COLUMNS`, aligned with `trials`' index."""
-    return pd.DataFrame([_columns(row) for _, row in trials.iterrows()], index=trials.index,
-                        columns=BUDGET_COLUMNS)  # fmt: skip
+    return pd.DataFrame(
+        [_columns(row) for _, row in trials.iterrows()], index=trials.index, columns=BUDGET_COLUMNS
+    )

@@ -36,8 +36,13 @@ def calibration_bounds(trials: pd.DataFrame) -> list[str]:
     hit = trials[trials["calibration_at_bound"]]
     out = []
     for (dataset, eps, label), grp in hit.groupby(["dataset", "epsilon", "label"], sort=True):
-        n = int((trials["label"].eq(label) & trials["dataset"].eq(dataset)
-                 & trials["epsilon"].eq(eps)).sum())  # fmt: skip
+        n = int(
+            (
+                trials["label"].eq(label)
+                & trials["dataset"].eq(dataset)
+                & trials["epsilon"].eq(eps)
+            ).sum()
+        )
         out.append(
             f"{_where(dataset, eps)}: {label}'s {grp['calibrated'].iloc[0]} calibration "
             f"stopped at its search limit in {len(grp)}/{n} trials: the privacy target did not "

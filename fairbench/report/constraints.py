@@ -71,29 +71,38 @@ def _met(k: float, n: float, low: float, high: float) -> str:
 
 def constraints_markdown(satisfaction: pd.DataFrame, values: pd.DataFrame, title: str) -> str:
     """Per (dataset, constraint set): satisfaction per seed, then every constraint's values."""
-    lines = [f"# {title}: constraint satisfaction on held-out data", "",
-             "met: seeds whose every rate constraint holds on the test split (hard predictions), "
-             "with the exact 95% (Clopper-Pearson) interval; excess: how far the worst constraint "
-             "exceeds its target, mean and max over seeds (0 when met). Methods not told a target "
-             "show values only. Constraint values are signed means over seeds: a mean under γ "
-             "does not mean that the seeds met γ."]  # fmt: skip
+    lines = [
+        f"# {title}: constraint satisfaction on held-out data",
+        "",
+        "met: seeds whose every rate constraint holds on the test split (hard predictions), "
+        "with the exact 95% (Clopper-Pearson) interval; excess: how far the worst constraint "
+        "exceeds its target, mean and max over seeds (0 when met). Methods not told a target "
+        "show values only. Constraint values are signed means over seeds: a mean under γ "
+        "does not mean that the seeds met γ.",
+    ]
     for (dataset, cset), block in satisfaction.groupby(["dataset", "constraint"], sort=True):
-        lines += ["", f"## {dataset} · {cset}", "",
-                  "| method | privacy | knob | seeds | met | excess mean | excess max | "
-                  "violation mean | violation max |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            "",
+            f"## {dataset} · {cset}",
+            "",
+            "| method | privacy | knob | seeds | met | excess mean | excess max | "
+            "violation mean | violation max |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in block.itertuples(index=False):
             symbol = SYMBOLS.get(r.knob_name, r.knob_name)
             target = "" if pd.isna(r.knob) else f"{symbol} {r.knob:g}"
-            excess = ("", "") if r.satisfied_n == 0 else (f"{r.excess_mean:.4f}",
-                                                         f"{r.excess_max:.4f}")  # fmt: skip
+            excess = (
+                ("", "") if r.satisfied_n == 0 else (f"{r.excess_mean:.4f}", f"{r.excess_max:.4f}")
+            )
             lines.append(
                 f"| {r.label} | {_eps(r.epsilon)} | {target} | {r.n_seeds} | "
                 f"{_met(r.satisfied_k, r.satisfied_n, r.satisfied_ci_low, r.satisfied_ci_high)} | "
                 f"{excess[0]} | {excess[1]} | {r.violation_mean:.4f} | {r.violation_max:.4f} |"
             )
-        lines += _values_tables(values[(values["dataset"] == dataset)
-                                       & (values["constraint"] == cset)])  # fmt: skip
+        lines += _values_tables(
+            values[(values["dataset"] == dataset) & (values["constraint"] == cset)]
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -105,14 +114,19 @@ def _values_tables(values: pd.DataFrame) -> list[str]:
         columns = block[["label", "epsilon"]].drop_duplicates().sort_values(["label", "epsilon"])
         heads = [f"{lab} ({_eps(e)})" for lab, e in columns.itertuples(index=False)]
         knob_text = "no target" if pd.isna(knob) else f"target {knob:g}"
-        lines += ["", f"### constraint values · {knob_text}", "",
-                  "| constraint | " + " | ".join(heads) + " |",
-                  "|---|" + "---:|" * len(heads)]  # fmt: skip
+        lines += [
+            "",
+            f"### constraint values · {knob_text}",
+            "",
+            "| constraint | " + " | ".join(heads) + " |",
+            "|---|" + "---:|" * len(heads),
+        ]
         for name in dict.fromkeys(block["name"]):
             cells = []
             for lab, e in columns.itertuples(index=False):
-                hit = block[(block["name"] == name) & (block["label"] == lab)
-                            & (block["epsilon"] == e)]  # fmt: skip
+                hit = block[
+                    (block["name"] == name) & (block["label"] == lab) & (block["epsilon"] == e)
+                ]
                 cells.append(_cell(hit.iloc[0]) if len(hit) else "")
             escaped = name.replace("|", "\\|")
             lines.append(f"| {escaped} | " + " | ".join(cells) + " |")

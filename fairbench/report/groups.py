@@ -70,8 +70,12 @@ def group_markdown(table: pd.DataFrame, title: str, n_seeds: int) -> str:
     ]
     for (dataset, eps), grp in table.groupby(["dataset", "epsilon"], sort=True):
         cols = [c for c in grp.columns if c not in ("dataset", "epsilon") and grp[c].notna().any()]
-        lines += [f"## {dataset} · ε = {eps:g} (rho = {grp['rho'].iloc[0]:.3g})", "",
-                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
+        lines += [
+            f"## {dataset} · ε = {eps:g} (rho = {grp['rho'].iloc[0]:.3g})",
+            "",
+            "| " + " | ".join(cols) + " |",
+            "|" + "---|" * len(cols),
+        ]
         for row in grp[cols].itertuples(index=False):
             cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
             lines.append("| " + " | ".join(cells) + " |")
@@ -104,9 +108,16 @@ def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
                 ls=lines[label],
                 label=f"{label}: smallest group (n={sizes[small]})",
             )
-            ax.plot(eps, [m[large] for m in means], marker=look.marker, color=look.color,
-                    ls=lines[label], markerfacecolor="none", alpha=0.5,
-                    label=f"{label}: largest group (n={sizes[large]})")  # fmt: skip
+            ax.plot(
+                eps,
+                [m[large] for m in means],
+                marker=look.marker,
+                color=look.color,
+                ls=lines[label],
+                markerfacecolor="none",
+                alpha=0.5,
+                label=f"{label}: largest group (n={sizes[large]})",
+            )
         ax.set_xscale("log")
         ax.set_xlabel("ε (δ fixed)")
         ax.set_ylabel("mean test loss (MSPE for regression)")

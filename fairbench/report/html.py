@@ -53,12 +53,15 @@ def table_html(header: list[str], rows: list[list[str]], right: list[bool]) -> s
     cls = [' class="num"' if r else "" for r in right]
     head = "".join(f"<th{c}>{escape(h)}</th>" for h, c in zip(header, cls, strict=True))
     body = "".join(
-        "<tr>" + "".join(f"<td{c}>{escape(v)}</td>" for v, c in zip(row, cls, strict=True))
+        "<tr>"
+        + "".join(f"<td{c}>{escape(v)}</td>" for v, c in zip(row, cls, strict=True))
         + "</tr>\n"
         for row in rows
-    )  # fmt: skip
-    return (f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}'
-            "</tbody></table></div>")  # fmt: skip
+    )
+    return (
+        f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}'
+        "</tbody></table></div>"
+    )
 
 
 def document_html(markdown: str) -> str:
@@ -83,29 +86,53 @@ def _eps(value: float) -> str:
 
 
 def privacy_html(summary: pd.DataFrame) -> str:
-    header = ["dataset", "constraint", "method", "privacy", "ε target", "δ", "trials",
-              "ε spent (mean)", "ε spent (max)", "releases: mechanism (parameters)"]  # fmt: skip
+    header = [
+        "dataset",
+        "constraint",
+        "method",
+        "privacy",
+        "ε target",
+        "δ",
+        "trials",
+        "ε spent (mean)",
+        "ε spent (max)",
+        "releases: mechanism (parameters)",
+    ]
     rows = []
     for r in summary.itertuples(index=False):
         private = not math.isinf(r.epsilon)  # a non-private entry has no delta and spends 0
-        rows.append([r.dataset, r.constraint, r.label, r.privacy_notion, _eps(r.epsilon),
-                     f"{r.delta:g}" if private else "", str(r.trials),
-                     f"{r.epsilon_spent_mean:.4f}" if private else "",
-                     f"{r.epsilon_spent_max:.4f}" if private else "", r.releases])  # fmt: skip
+        rows.append(
+            [
+                r.dataset,
+                r.constraint,
+                r.label,
+                r.privacy_notion,
+                _eps(r.epsilon),
+                f"{r.delta:g}" if private else "",
+                str(r.trials),
+                f"{r.epsilon_spent_mean:.4f}" if private else "",
+                f"{r.epsilon_spent_max:.4f}" if private else "",
+                r.releases,
+            ]
+        )
     right = [False, False, False, False, True, True, True, True, True, False]
-    note = ("ε spent: computed by the suite's PLD accountant from each trial's ledger of "
-            "DpEvents (add/remove-one neighbours unless the privacy notion says otherwise). "
-            "Releases: each accounted mechanism with its rounds, sampling rate q, Gaussian "
-            "noise multiplier σ and Laplace scale b; a range spans the trials "
-            "(hyper-parameters and calibration differ between them).")  # fmt: skip
+    note = (
+        "ε spent: computed by the suite's PLD accountant from each trial's ledger of "
+        "DpEvents (add/remove-one neighbours unless the privacy notion says otherwise). "
+        "Releases: each accounted mechanism with its rounds, sampling rate q, Gaussian "
+        "noise multiplier σ and Laplace scale b; a range spans the trials "
+        "(hyper-parameters and calibration differ between them)."
+    )
     return f'<p class="note">{escape(note)}</p>\n' + table_html(header, rows, right)
 
 
 def figure_html(png: Path, run_dir: Path) -> str:
     data = base64.b64encode(png.read_bytes()).decode("ascii")
     name = png.relative_to(run_dir).as_posix() if png.is_relative_to(run_dir) else png.name
-    return (f'<figure><img src="data:image/png;base64,{data}" alt="{escape(png.stem)}">'
-            f"<figcaption>{escape(name)} (PDF beside it)</figcaption></figure>")  # fmt: skip
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{escape(png.stem)}">'
+        f"<figcaption>{escape(name)} (PDF beside it)</figcaption></figure>"
+    )
 
 
 def report_html(
@@ -125,8 +152,11 @@ def report_html(
     sections += [DOCUMENTS[name] for name in DOCUMENTS if name in documents]
     sections.append(("config", "Config"))
     nav = " · ".join(f'<a href="#{anchor}">{escape(name)}</a>' for anchor, name in sections)
-    warned = ("<ul class=\"warnings\">" + "".join(f"<li>{_inline(w)}</li>" for w in warnings)
-              + "</ul>") if warnings else "<p>None.</p>"  # fmt: skip
+    warned = (
+        ('<ul class="warnings">' + "".join(f"<li>{_inline(w)}</li>" for w in warnings) + "</ul>")
+        if warnings
+        else "<p>None.</p>"
+    )
     body = [
         f"<h1>{escape(title)}</h1>",
         f'<p class="meta">run directory {escape(run_dir.name)} · {n_trials} finished trials · '
@@ -134,12 +164,16 @@ def report_html(
         f"<nav>{nav}</nav>",
         f'<section id="warnings"><h2>Warnings</h2>\n{warned}</section>',
         '<section id="figures"><h2>Figures</h2>\n'
-        + "\n".join(figure_html(f, run_dir) for f in figures) + "</section>",
+        + "\n".join(figure_html(f, run_dir) for f in figures)
+        + "</section>",
         f'<section id="privacy"><h2>Privacy ledger</h2>\n{privacy_html(summary)}</section>',
-        *(f'<section id="{DOCUMENTS[name][0]}">\n{document_html(documents[name])}</section>'
-          for name in DOCUMENTS if name in documents),
+        *(
+            f'<section id="{DOCUMENTS[name][0]}">\n{document_html(documents[name])}</section>'
+            for name in DOCUMENTS
+            if name in documents
+        ),
         f'<section id="config"><h2>Config</h2>\n<pre>{escape(config_yaml)}</pre></section>',
-    ]  # fmt: skip
+    ]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"

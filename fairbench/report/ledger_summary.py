@@ -14,8 +14,7 @@ from typing import Any
 import pandas as pd
 
 SUMMARY_KEYS = ["dataset", "constraint", "label", "privacy_notion", "epsilon", "delta"]
-SUMMARY_COLUMNS = [*SUMMARY_KEYS, "trials", "epsilon_spent_mean", "epsilon_spent_max",
-                   "releases"]  # fmt: skip
+SUMMARY_COLUMNS = [*SUMMARY_KEYS, "trials", "epsilon_spent_mean", "epsilon_spent_max", "releases"]
 RELEASE_COLUMNS = ["label", "group", "mechanism", "rounds", "sampling_rate", "noise"]
 
 
@@ -61,9 +60,16 @@ def ledger_releases(ledger: dict[str, Any] | list | None) -> pd.DataFrame:
     for entry in _entries(ledger):
         name, params = mechanism(entry["event"])
         noise = {k: v for k, v in params.items() if k not in ("rounds", "q")}
-        rows.append({"label": entry["label"], "group": entry.get("group"), "mechanism": name,
-                     "rounds": params.get("rounds", 1), "sampling_rate": params.get("q"),
-                     "noise": noise})  # fmt: skip
+        rows.append(
+            {
+                "label": entry["label"],
+                "group": entry.get("group"),
+                "mechanism": name,
+                "rounds": params.get("rounds", 1),
+                "sampling_rate": params.get("q"),
+                "noise": noise,
+            }
+        )
     return pd.DataFrame(rows, columns=RELEASE_COLUMNS)
 
 
@@ -94,10 +100,13 @@ def privacy_summary(trials: pd.DataFrame) -> pd.DataFrame:
     ledgers = trials["ledger"] if "ledger" in trials else pd.Series(None, index=trials.index)
     grouped = trials.assign(ledger=ledgers).groupby(SUMMARY_KEYS, dropna=False, sort=True)
     rows = [
-        {**dict(zip(SUMMARY_KEYS, key, strict=True)), "trials": len(grp),
-         "epsilon_spent_mean": float(grp["epsilon_spent"].mean()),
-         "epsilon_spent_max": float(grp["epsilon_spent"].max()),
-         "releases": "" if math.isinf(key[4]) else _releases(grp["ledger"])}
+        {
+            **dict(zip(SUMMARY_KEYS, key, strict=True)),
+            "trials": len(grp),
+            "epsilon_spent_mean": float(grp["epsilon_spent"].mean()),
+            "epsilon_spent_max": float(grp["epsilon_spent"].max()),
+            "releases": "" if math.isinf(key[4]) else _releases(grp["ledger"]),
+        }
         for key, grp in grouped
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)

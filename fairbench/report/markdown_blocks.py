@@ -70,8 +70,13 @@ def parse(markdown: str) -> list[Block]:
                 table.append(lines[i])
                 i += 1
             align = _cells(table[1])
-            blocks.append(Table(_cells(table[0]), [a.endswith(":") for a in align],
-                                [_cells(row) for row in table[2:]]))  # fmt: skip
+            blocks.append(
+                Table(
+                    _cells(table[0]),
+                    [a.endswith(":") for a in align],
+                    [_cells(row) for row in table[2:]],
+                )
+            )
         else:
             text = []
             while i < len(lines) and lines[i].strip() and lines[i][0] not in "#>|":

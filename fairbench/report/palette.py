@@ -32,8 +32,17 @@ REGISTRY: dict[str, Style] = {
     "pf-ld": Style("#CC6677", "d"),
     "dp-erm-mitigation": Style("#DDCC77", "8"),
 }
-_SPARE_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677",
-                 "#882255", "#AA4499")  # fmt: skip
+_SPARE_COLORS = (
+    "#332288",
+    "#88CCEE",
+    "#44AA99",
+    "#117733",
+    "#999933",
+    "#DDCC77",
+    "#CC6677",
+    "#882255",
+    "#AA4499",
+)
 _SPARE_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "h", "*")
 LINESTYLES = ("-", "--", ":", "-.")  # for several entries (labels) of one method in a figure
 
@@ -43,5 +52,7 @@ def style(method: str) -> Style:
     if method in REGISTRY:
         return REGISTRY[method]
     digest = int(hashlib.sha256(method.encode()).hexdigest(), 16)
-    return Style(_SPARE_COLORS[digest % len(_SPARE_COLORS)],
-                 _SPARE_MARKERS[(digest // len(_SPARE_COLORS)) % len(_SPARE_MARKERS)])  # fmt: skip
+    return Style(
+        _SPARE_COLORS[digest % len(_SPARE_COLORS)],
+        _SPARE_MARKERS[(digest // len(_SPARE_COLORS)) % len(_SPARE_MARKERS)],
+    )

@@ -53,9 +53,14 @@ def _series(ax, points: pd.DataFrame, lines: dict[str, str], hollow: bool = Fals
         )
         for row in series.itertuples():
             if row.knob_values:
-                ax.annotate(row.knob_values, (row.violation_mean, row.test_error_mean),
-                            textcoords="offset points", xytext=(4, 3), fontsize=6,
-                            color=look.color)  # fmt: skip
+                ax.annotate(
+                    row.knob_values,
+                    (row.violation_mean, row.test_error_mean),
+                    textcoords="offset points",
+                    xytext=(4, 3),
+                    fontsize=6,
+                    color=look.color,
+                )
 
 
 def _eps_title(eps: float) -> str:
@@ -67,9 +72,11 @@ def _suptitle(
 ) -> None:
     models = ", ".join(sorted(grp["model"].unique()))
     seeds = int(grp["n_seeds"].max())
-    fig.suptitle(f"{dataset} · {constraint.replace('_', ' ')} · privacy: {notion} · "
-                 f"model: {models} · {seeds} seeds (95% CI)\nhyper-parameters: {hyper}",
-                 fontsize=10)  # fmt: skip
+    fig.suptitle(
+        f"{dataset} · {constraint.replace('_', ' ')} · privacy: {notion} · "
+        f"model: {models} · {seeds} seeds (95% CI)\nhyper-parameters: {hyper}",
+        fontsize=10,
+    )
 
 
 def _save(fig, stem: Path) -> Path:
@@ -77,8 +84,9 @@ def _save(fig, stem: Path) -> Path:
     letters, digits, `.`, `_` and `-` only, so it needs no quoting in a shell."""
     stem = stem.with_name(re.sub(r"[^A-Za-z0-9_.-]+", "_", stem.name).strip("_"))
     fig.savefig(stem.with_suffix(".png"), dpi=130, bbox_inches="tight")
-    fig.savefig(stem.with_suffix(".pdf"), bbox_inches="tight",
-                metadata={"CreationDate": None})  # reproducible bytes  # fmt: skip
+    fig.savefig(
+        stem.with_suffix(".pdf"), bbox_inches="tight", metadata={"CreationDate": None}
+    )  # reproducible bytes
     plt.close(fig)
     return stem.with_suffix(".png")
 
@@ -87,8 +95,15 @@ def _frontier(ax, points: pd.DataFrame) -> None:
     err, vio = points["test_error_mean"].to_numpy(), points["violation_mean"].to_numpy()
     keep = ~dominated(err, vio)
     order = vio[keep].argsort()
-    ax.step(vio[keep][order], err[keep][order], where="post", color="0.6", lw=0.8, zorder=0,
-            label="Pareto frontier")  # fmt: skip
+    ax.step(
+        vio[keep][order],
+        err[keep][order],
+        where="post",
+        color="0.6",
+        lw=0.8,
+        zorder=0,
+        label="Pareto frontier",
+    )
 
 
 def _published(ax, references: list[dict], dataset, constraint, notion, eps) -> None:
@@ -98,8 +113,15 @@ def _published(ax, references: list[dict], dataset, constraint, notion, eps) -> 
         if ref.get("privacy_notion") not in (None, notion):
             continue
         err, vio = zip(*ref["points"], strict=True)
-        ax.plot(vio, err, color="k", marker="xs^v"[i % 4], ls=":", lw=1,
-                label=f"{ref['label']} (published)")  # fmt: skip
+        ax.plot(
+            vio,
+            err,
+            color="k",
+            marker="xs^v"[i % 4],
+            ls=":",
+            lw=1,
+            label=f"{ref['label']} (published)",
+        )
 
 
 def _legend_outside(fig, axes) -> None:
@@ -109,8 +131,14 @@ def _legend_outside(fig, axes) -> None:
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
-    fig.legend(entries.values(), entries.keys(), fontsize=8, loc="center left",
-               bbox_to_anchor=(1.0, 0.5), frameon=False)  # fmt: skip
+    fig.legend(
+        entries.values(),
+        entries.keys(),
+        fontsize=8,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        frameon=False,
+    )
     fig.tight_layout()
 
 
@@ -194,8 +222,9 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path, hyper: str = UNTUN
         private = grp[~grp["epsilon"].map(math.isinf)]
         refs = grp[grp["epsilon"].map(math.isinf)]
         epsilons = sorted(private["epsilon"].unique()) or [math.inf]
-        fig, axes = plt.subplots(1, len(epsilons), figsize=(3.8 * len(epsilons), 3.8),
-                                 squeeze=False, sharey=True)  # fmt: skip
+        fig, axes = plt.subplots(
+            1, len(epsilons), figsize=(3.8 * len(epsilons), 3.8), squeeze=False, sharey=True
+        )
         top = float(max(grp["knob"].max(), grp["violation_mean"].max())) * 1.1
         for ax, eps in zip(axes[0], epsilons, strict=True):
             ax.plot([0, top], [0, top], color="0.5", ls="--", lw=0.8, label="violation = γ")
@@ -203,12 +232,18 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path, hyper: str = UNTUN
                 for label, series in frame.groupby("label"):
                     series = series.sort_values("knob")
                     look = style(series["method"].iloc[0])
-                    ax.errorbar(series["knob"], series["violation_mean"],
-                                yerr=series["violation_ci95"].fillna(0), marker=look.marker,
-                                markersize=5, capsize=2, color=look.color,
-                                linestyle="--" if hollow else lines[label],
-                                markerfacecolor="none" if hollow else look.color,
-                                label=label + (" (non-private)" if hollow else ""))  # fmt: skip
+                    ax.errorbar(
+                        series["knob"],
+                        series["violation_mean"],
+                        yerr=series["violation_ci95"].fillna(0),
+                        marker=look.marker,
+                        markersize=5,
+                        capsize=2,
+                        color=look.color,
+                        linestyle="--" if hollow else lines[label],
+                        markerfacecolor="none" if hollow else look.color,
+                        label=label + (" (non-private)" if hollow else ""),
+                    )
             ax.set_title(_eps_title(eps), fontsize=9)
             ax.set_xlabel("γ (allowed disparity)")
             ax.grid(alpha=0.3)

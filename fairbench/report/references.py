@@ -11,9 +11,20 @@ import pandas as pd
 
 from fairbench.report.aggregate import dominated
 
-COLUMNS = ["reference", "source", "dataset", "constraint", "privacy_notion", "epsilon",
-           "label", "config_id", "published_error", "published_violation", "our_error",
-           "difference"]  # fmt: skip
+COLUMNS = [
+    "reference",
+    "source",
+    "dataset",
+    "constraint",
+    "privacy_notion",
+    "epsilon",
+    "label",
+    "config_id",
+    "published_error",
+    "published_violation",
+    "our_error",
+    "difference",
+]
 
 
 def error_at(violation: float, series: pd.DataFrame) -> float:
@@ -32,9 +43,11 @@ def compare(points: pd.DataFrame, references: list[dict]) -> pd.DataFrame:
     """One row per (reference point, our series in the matching panel)."""
     rows = []
     for ref in references:
-        panel = points[(points["dataset"] == ref["dataset"])
-                       & (points["constraint"] == ref["constraint"])
-                       & (points["epsilon"] == ref["epsilon"])]  # fmt: skip
+        panel = points[
+            (points["dataset"] == ref["dataset"])
+            & (points["constraint"] == ref["constraint"])
+            & (points["epsilon"] == ref["epsilon"])
+        ]
         if ref.get("privacy_notion"):
             panel = panel[panel["privacy_notion"] == ref["privacy_notion"]]
         for (label, config, notion), series in panel.groupby(
@@ -42,10 +55,22 @@ def compare(points: pd.DataFrame, references: list[dict]) -> pd.DataFrame:
         ):
             for published_error, published_violation in ref["points"]:
                 ours = error_at(published_violation, series)
-                rows.append([ref["label"], ref.get("source", ""), ref["dataset"],
-                             ref["constraint"], notion, ref["epsilon"], label, config,
-                             published_error, published_violation, ours,
-                             ours - published_error])  # fmt: skip
+                rows.append(
+                    [
+                        ref["label"],
+                        ref.get("source", ""),
+                        ref["dataset"],
+                        ref["constraint"],
+                        notion,
+                        ref["epsilon"],
+                        label,
+                        config,
+                        published_error,
+                        published_violation,
+                        ours,
+                        ours - published_error,
+                    ]
+                )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -61,14 +86,19 @@ def references_markdown(table: pd.DataFrame, title: str) -> str:
     for keys, grp in table.groupby(["reference", "label", "privacy_notion", "epsilon"]):
         reference, label, notion, eps = keys
         worst = grp["difference"].max()
-        lines += [f"## {reference} vs {label} · {notion} · ε = {eps:g}", "",
-                  f"Worst difference over reached points: {worst:+.4f}", "",
-                  "| published error | published violation | our error | difference |",
-                  "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"## {reference} vs {label} · {notion} · ε = {eps:g}",
+            "",
+            f"Worst difference over reached points: {worst:+.4f}",
+            "",
+            "| published error | published violation | our error | difference |",
+            "|---|---|---|---|",
+        ]
         for row in grp.itertuples():
             ours = "not reached" if math.isnan(row.our_error) else f"{row.our_error:.4f}"
             diff = "" if math.isnan(row.difference) else f"{row.difference:+.4f}"
-            lines.append(f"| {row.published_error:.3f} | {row.published_violation:.3f} | "
-                         f"{ours} | {diff} |")  # fmt: skip
+            lines.append(
+                f"| {row.published_error:.3f} | {row.published_violation:.3f} | {ours} | {diff} |"
+            )
         lines.append("")
     return "\n".join(lines)

@@ -55,12 +55,14 @@ def summarise(rows: list[dict[str, Any]], levels: list[float]) -> list[dict[str,
         fields = dict(zip(SERIES, key, strict=True))
         if not math.isfinite(fields["epsilon"]):  # non-private rows: JSON has no infinity
             fields["epsilon"] = None
-        entries.append({
-            **fields,
-            "error_at": {f"{v:g}": _finite(error_at(v, series)) for v in levels},
-            "satisfaction": float(satisfied.mean()) if len(satisfied) else None,
-            "epsilon_spent_max": _finite(float(series["epsilon_spent_max"].max())),
-        })  # fmt: skip
+        entries.append(
+            {
+                **fields,
+                "error_at": {f"{v:g}": _finite(error_at(v, series)) for v in levels},
+                "satisfaction": float(satisfied.mean()) if len(satisfied) else None,
+                "epsilon_spent_max": _finite(float(series["epsilon_spent_max"].max())),
+            }
+        )
     return entries
 
 
@@ -68,11 +70,16 @@ def _finite(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def write_baseline(rows: list[dict[str, Any]], path: Path, name: str,
-                   levels: list[float] | None = None) -> dict[str, Any]:  # fmt: skip
+def write_baseline(
+    rows: list[dict[str, Any]], path: Path, name: str, levels: list[float] | None = None
+) -> dict[str, Any]:
     levels = levels or DEFAULT_LEVELS
-    baseline = {"name": name, "levels": levels, "tolerance": DEFAULT_TOLERANCE,
-                "entries": summarise(rows, levels)}  # fmt: skip
+    baseline = {
+        "name": name,
+        "levels": levels,
+        "tolerance": DEFAULT_TOLERANCE,
+        "entries": summarise(rows, levels),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n")
     return baseline
@@ -114,8 +121,11 @@ def compare(rows: list[dict[str, Any]], baseline: dict[str, Any]) -> list[Regres
             new["satisfaction"] is None
             or new["satisfaction"] < old["satisfaction"] - tol["satisfaction"]
         ):
-            found.append(Regression(name, "constraint satisfaction", old["satisfaction"],
-                                    new["satisfaction"]))  # fmt: skip
+            found.append(
+                Regression(
+                    name, "constraint satisfaction", old["satisfaction"], new["satisfaction"]
+                )
+            )
         before, after = old["epsilon_spent_max"], new["epsilon_spent_max"]
         if before is not None and after is not None and after > before + tol["epsilon"]:
             found.append(Regression(name, "epsilon spent", before, after))

@@ -76,16 +76,20 @@ def _eps(value: float) -> str:
 def _met(row) -> str:
     if math.isnan(row.satisfied_fraction):
         return ""
-    return (f"{int(row.satisfied_k)}/{int(row.satisfied_n)} [{row.satisfied_ci_low:.0%}, "
-            f"{row.satisfied_ci_high:.0%}]")  # fmt: skip
+    return (
+        f"{int(row.satisfied_k)}/{int(row.satisfied_n)} [{row.satisfied_ci_low:.0%}, "
+        f"{row.satisfied_ci_high:.0%}]"
+    )
 
 
 def budget_cells(row) -> str:
     """Steps, epochs and noise multiplier of a point (means over seeds), as table cells."""
     sigma = "" if math.isnan(row.noise_multiplier_mean) else f"{row.noise_multiplier_mean:.3g}"
     bound = " (at bound)" if row.calibration_at_bound else ""
-    return (f"{row.steps_mean:,.0f} | {row.epochs_mean:.3g} | {row.batch_size_mean:,.0f} | "
-            f"{sigma} | {row.calibrated}{bound}")  # fmt: skip
+    return (
+        f"{row.steps_mean:,.0f} | {row.epochs_mean:.3g} | {row.batch_size_mean:,.0f} | "
+        f"{sigma} | {row.calibrated}{bound}"
+    )
 
 
 def pareto_markdown(points: pd.DataFrame, title: str, warnings: list[str]) -> str:

@@ -38,10 +38,29 @@ from fairbench.metrics import majority_class_error
 from fairbench.report.aggregate import ci95
 from fairbench.report.privacy_cost import dataset_key
 
-COLUMNS = ["dataset", "method", "epsilon", "selection", "test_error_mean", "ci_low", "ci_high",
-           "violation_mean", "satisfied_fraction", "rank", "tau", "released", "repeats",
-           "uses_sensitive_at_test", "candidates_mean", "candidate_epsilon", "total_epsilon",
-           "accountant", "left_out", "majority_error", "rank_without_a"]  # fmt: skip
+COLUMNS = [
+    "dataset",
+    "method",
+    "epsilon",
+    "selection",
+    "test_error_mean",
+    "ci_low",
+    "ci_high",
+    "violation_mean",
+    "satisfied_fraction",
+    "rank",
+    "tau",
+    "released",
+    "repeats",
+    "uses_sensitive_at_test",
+    "candidates_mean",
+    "candidate_epsilon",
+    "total_epsilon",
+    "accountant",
+    "left_out",
+    "majority_error",
+    "rank_without_a",
+]
 SELECTIONS = {"uncharged": "free", "private": "paid"}
 RANKED_FROM = 0.5  # satisfied fraction a method needs to be ranked
 
@@ -86,22 +105,29 @@ def released_frame(out: Path) -> pd.DataFrame:
     key, _ = dataset_key(entry["name"], entry.get("options") or {})
     rows = []
     for record in json.loads(path.read_text()):
-        marked = any(c.get("uses_sensitive_at_test") for r in record["repeats"]
-                     for c in r["candidates"])  # fmt: skip
+        marked = any(
+            c.get("uses_sensitive_at_test") for r in record["repeats"] for c in r["candidates"]
+        )
         for repeat in record["repeats"]:
             for target, index in repeat["released"].items():
                 chosen = None if index is None else repeat["candidates"][index]
-                rows.append({
-                    "dataset": key, "method": record["method"] + (SENSITIVE_MARK if marked else ""),
-                    "epsilon": record["epsilon"], "selection": SELECTIONS[selection],
-                    "tau": float(target), "repeat": repeat["repeat"], "count": repeat["count"],
-                    "test_error": math.nan if chosen is None else chosen["test_error"],
-                    "test_violation": math.nan if chosen is None else chosen["test_violation"],
-                    "candidate_epsilon": record["candidate_epsilon"],
-                    "total_epsilon": record["total_epsilon"],
-                    "accountant": record["accountant"] if selection == "private" else "",
-                    "left_out": record.get("left_out"),
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "dataset": key,
+                        "method": record["method"] + (SENSITIVE_MARK if marked else ""),
+                        "epsilon": record["epsilon"],
+                        "selection": SELECTIONS[selection],
+                        "tau": float(target),
+                        "repeat": repeat["repeat"],
+                        "count": repeat["count"],
+                        "test_error": math.nan if chosen is None else chosen["test_error"],
+                        "test_violation": math.nan if chosen is None else chosen["test_violation"],
+                        "candidate_epsilon": record["candidate_epsilon"],
+                        "total_epsilon": record["total_epsilon"],
+                        "accountant": record["accountant"] if selection == "private" else "",
+                        "left_out": record.get("left_out"),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -115,19 +141,24 @@ def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = Non
         half = ci95(errors)
         mean = float(errors.mean()) if len(errors) else math.nan
         held = (group["test_violation"] <= group["tau"]).sum()  # NaN (nothing released) is False
-        out.append({
-            **dict(zip(keys, key, strict=True)),
-            "test_error_mean": mean, "ci_low": mean - half, "ci_high": mean + half,
-            "violation_mean": float(group["test_violation"].mean()),
-            "satisfied_fraction": float(held / len(group)),
-            "released": int(group["test_error"].notna().sum()), "repeats": len(group),
-            "uses_sensitive_at_test": key[1].endswith(SENSITIVE_MARK),
-            "candidates_mean": float(group["count"].mean()),
-            "candidate_epsilon": float(group["candidate_epsilon"].iloc[0]),
-            "total_epsilon": float(group["total_epsilon"].iloc[0]),
-            "accountant": group["accountant"].iloc[0],
-            "left_out": group["left_out"].iloc[0],
-        })  # fmt: skip
+        out.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "test_error_mean": mean,
+                "ci_low": mean - half,
+                "ci_high": mean + half,
+                "violation_mean": float(group["test_violation"].mean()),
+                "satisfied_fraction": float(held / len(group)),
+                "released": int(group["test_error"].notna().sum()),
+                "repeats": len(group),
+                "uses_sensitive_at_test": key[1].endswith(SENSITIVE_MARK),
+                "candidates_mean": float(group["count"].mean()),
+                "candidate_epsilon": float(group["candidate_epsilon"].iloc[0]),
+                "total_epsilon": float(group["total_epsilon"].iloc[0]),
+                "accountant": group["accountant"].iloc[0],
+                "left_out": group["left_out"].iloc[0],
+            }
+        )
     table = pd.DataFrame(out)
     table["rank"] = _ranks(table)
     table["rank_without_a"] = _ranks(table[~table["uses_sensitive_at_test"]])
@@ -151,22 +182,29 @@ def paired_cost(released: pd.DataFrame) -> pd.DataFrame:
     """Per (dataset, method, epsilon, tau): paid minus free test error over the repeats where
     both released a model (the same split and candidates), mean and 95% t-interval."""
     keys = ["dataset", "method", "epsilon", "tau", "repeat"]
-    wide = released.pivot_table(index=keys, columns="selection", values="test_error",
-                                aggfunc="first").reset_index()  # fmt: skip
+    wide = released.pivot_table(
+        index=keys, columns="selection", values="test_error", aggfunc="first"
+    ).reset_index()
     if not {"free", "paid"} <= set(wide.columns):
         return pd.DataFrame(columns=[*keys[:-1], "pairs", "cost_mean", "cost_ci95"])
     wide["cost"] = wide["paid"] - wide["free"]
     rows = []
     for key, group in wide.groupby(keys[:-1], sort=True):
         cost = group["cost"].dropna()
-        rows.append({**dict(zip(keys[:-1], key, strict=True)), "pairs": len(cost),
-                     "cost_mean": float(cost.mean()) if len(cost) else math.nan,
-                     "cost_ci95": ci95(cost)})  # fmt: skip
+        rows.append(
+            {
+                **dict(zip(keys[:-1], key, strict=True)),
+                "pairs": len(cost),
+                "cost_mean": float(cost.mean()) if len(cost) else math.nan,
+                "cost_ci95": ci95(cost),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def winners(table: pd.DataFrame, released: pd.DataFrame | None = None,
-            rank: str = "rank") -> pd.DataFrame:  # fmt: skip
+def winners(
+    table: pd.DataFrame, released: pd.DataFrame | None = None, rank: str = "rank"
+) -> pd.DataFrame:
     """Per (dataset, epsilon, tau): the rank-1 method under free and under paid tuning,
     whether paying changes it (None where no method is ranked), and whether each winner
     beats the majority-class predictor clearly (its 95% CI entirely below that error).
@@ -182,31 +220,48 @@ def winners(table: pd.DataFrame, released: pd.DataFrame | None = None,
             best[selection] = None if top.empty else top.iloc[0]
         free, paid = best["free"], best["paid"]
         majority = float(group["majority_error"].iloc[0])
-        rows.append({
-            "scope": SCOPES[rank], "dataset": dataset, "epsilon": eps, "tau": tau,
-            "winner_free": None if free is None else free["method"],
-            "error_free": math.nan if free is None else free["test_error_mean"],
-            "winner_paid": None if paid is None else paid["method"],
-            "error_paid": math.nan if paid is None else paid["test_error_mean"],
-            "changed": None if free is None or paid is None
-            else bool(free["method"] != paid["method"]),
-            "majority_error": majority,
-            "beats_majority_free": _beats(free, majority),
-            "beats_majority_paid": _beats(paid, majority),
-            **_paid_gap(released, dataset, eps, tau, free, paid),
-        })  # fmt: skip
+        rows.append(
+            {
+                "scope": SCOPES[rank],
+                "dataset": dataset,
+                "epsilon": eps,
+                "tau": tau,
+                "winner_free": None if free is None else free["method"],
+                "error_free": math.nan if free is None else free["test_error_mean"],
+                "winner_paid": None if paid is None else paid["method"],
+                "error_paid": math.nan if paid is None else paid["test_error_mean"],
+                "changed": None
+                if free is None or paid is None
+                else bool(free["method"] != paid["method"]),
+                "majority_error": majority,
+                "beats_majority_free": _beats(free, majority),
+                "beats_majority_paid": _beats(paid, majority),
+                **_paid_gap(released, dataset, eps, tau, free, paid),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def _paid_gap(released: pd.DataFrame | None, dataset: str, eps: float, tau: float,
-              free: pd.Series | None, paid: pd.Series | None) -> dict[str, float]:  # fmt: skip
+def _paid_gap(
+    released: pd.DataFrame | None,
+    dataset: str,
+    eps: float,
+    tau: float,
+    free: pd.Series | None,
+    paid: pd.Series | None,
+) -> dict[str, float]:
     gap = {"paid_gap": math.nan, "paid_gap_ci95": math.nan, "paid_gap_pairs": 0}
     if released is None or free is None or paid is None or free["method"] == paid["method"]:
         return gap
-    here = released[(released["dataset"] == dataset) & (released["epsilon"] == eps)
-                    & (released["tau"] == tau) & (released["selection"] == "paid")]  # fmt: skip
-    errors = here.pivot_table(index="repeat", columns="method", values="test_error",
-                              aggfunc="first")  # fmt: skip
+    here = released[
+        (released["dataset"] == dataset)
+        & (released["epsilon"] == eps)
+        & (released["tau"] == tau)
+        & (released["selection"] == "paid")
+    ]
+    errors = here.pivot_table(
+        index="repeat", columns="method", values="test_error", aggfunc="first"
+    )
     if free["method"] not in errors or paid["method"] not in errors:
         return gap
     diff = (errors[free["method"]] - errors[paid["method"]]).dropna()
@@ -246,12 +301,28 @@ def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
             shift = 1.04 if selection == "paid" else 0.96  # dodge on the log axis
             x = line["epsilon"] * shift
             y = line["test_error_mean"]
-            ax.errorbar(x, y, yerr=[y - line["ci_low"], line["ci_high"] - y], color=look.color,
-                        marker=look.marker, markersize=4, capsize=2, linewidth=1,
-                        linestyle="--" if selection == "paid" else "-")  # fmt: skip
+            ax.errorbar(
+                x,
+                y,
+                yerr=[y - line["ci_low"], line["ci_high"] - y],
+                color=look.color,
+                marker=look.marker,
+                markersize=4,
+                capsize=2,
+                linewidth=1,
+                linestyle="--" if selection == "paid" else "-",
+            )
             hollow = line["rank"].isna()
-            ax.plot(x[hollow], y[hollow], linestyle="none", marker=look.marker, markersize=4,
-                    markerfacecolor="white", color=look.color, zorder=3)  # fmt: skip
+            ax.plot(
+                x[hollow],
+                y[hollow],
+                linestyle="none",
+                marker=look.marker,
+                markersize=4,
+                markerfacecolor="white",
+                color=look.color,
+                zorder=3,
+            )
         majority = here["majority_error"].iloc[0]
         if not math.isnan(majority):
             ax.axhline(majority, color="black", linestyle=":", linewidth=1)
@@ -265,18 +336,38 @@ def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test error of the released model")
     methods = sorted(table["method"].unique())
-    handles = [Line2D([], [], color=style(m.removesuffix(SENSITIVE_MARK)).color,
-                      marker=style(m.removesuffix(SENSITIVE_MARK)).marker, label=m)
-               for m in methods]  # fmt: skip
-    handles += [Line2D([], [], color="grey", linestyle="-", label="tuning free (not charged)"),
-                Line2D([], [], color="grey", linestyle="--", label="tuning paid (private "
-                       "selection)"),
-                Line2D([], [], color="grey", marker="o", markerfacecolor="white",
-                       linestyle="none", label="held τ in < half the repeats"),
-                Line2D([], [], color="black", linestyle=":",
-                       label="majority class (violation 0)")]  # fmt: skip
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8,
-               frameon=False, bbox_to_anchor=(0.5, -0.02))  # fmt: skip
+    handles = [
+        Line2D(
+            [],
+            [],
+            color=style(m.removesuffix(SENSITIVE_MARK)).color,
+            marker=style(m.removesuffix(SENSITIVE_MARK)).marker,
+            label=m,
+        )
+        for m in methods
+    ]
+    handles += [
+        Line2D([], [], color="grey", linestyle="-", label="tuning free (not charged)"),
+        Line2D([], [], color="grey", linestyle="--", label="tuning paid (private selection)"),
+        Line2D(
+            [],
+            [],
+            color="grey",
+            marker="o",
+            markerfacecolor="white",
+            linestyle="none",
+            label="held τ in < half the repeats",
+        ),
+        Line2D([], [], color="black", linestyle=":", label="majority class (violation 0)"),
+    ]
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=min(len(handles), 5),
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, -0.02),
+    )
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     written = []
     for suffix in (".png", ".pdf"):
@@ -331,33 +422,45 @@ def _finding(top: pd.DataFrame, scope: str) -> list[str]:
     change is judged, and whether the winners beat the majority-class predictor."""
     decided = top.dropna(subset=["changed"])
     changed = decided[decided["changed"].astype(bool)]
-    lines = [f"### Ranking {scope}", "",
-             f"The winner (rank 1) changes when tuning is paid for in {len(changed)} of "
-             f"{len(decided)} (dataset, ε) settings where both arms rank a method"
-             + (f"; {len(top) - len(decided)} settings have no ranked method in one arm."
-                if len(top) > len(decided) else ".")
-             + f" Of the changes, {sum(r.paid_gap_pairs == 0 for r in changed.itertuples())} "
-             "are forced (the free winner released nothing under paid tuning: no candidate "
-             "calibrates at its share of ε, or none passed the noisy score), "
-             f"{sum(_significant(r) for r in changed.itertuples())} are significant (under "
-             "paid tuning the free winner's test error exceeds the paid winner's by more than "
-             "the 95% interval of their difference, paired over repeats: the `changed` "
-             "column), and the rest are within noise.", "",
-             "| dataset | ε | majority | winner, free | error | beats majority | winner, paid "
-             "| error | beats majority | changed |",
-             "|---|---:|---:|---|---:|---|---|---:|---|---|"]  # fmt: skip
+    lines = [
+        f"### Ranking {scope}",
+        "",
+        f"The winner (rank 1) changes when tuning is paid for in {len(changed)} of "
+        f"{len(decided)} (dataset, ε) settings where both arms rank a method"
+        + (
+            f"; {len(top) - len(decided)} settings have no ranked method in one arm."
+            if len(top) > len(decided)
+            else "."
+        )
+        + f" Of the changes, {sum(r.paid_gap_pairs == 0 for r in changed.itertuples())} "
+        "are forced (the free winner released nothing under paid tuning: no candidate "
+        "calibrates at its share of ε, or none passed the noisy score), "
+        f"{sum(_significant(r) for r in changed.itertuples())} are significant (under "
+        "paid tuning the free winner's test error exceeds the paid winner's by more than "
+        "the 95% interval of their difference, paired over repeats: the `changed` "
+        "column), and the rest are within noise.",
+        "",
+        "| dataset | ε | majority | winner, free | error | beats majority | winner, paid "
+        "| error | beats majority | changed |",
+        "|---|---:|---:|---|---:|---|---|---:|---|---|",
+    ]
     for r in top.itertuples(index=False):
-        lines.append(f"| {r.dataset} | {r.epsilon:g} | {_num(r.majority_error)} | "
-                     f"{_name(r.winner_free)} | {_num(r.error_free)} | "
-                     f"{_changed(r.beats_majority_free)} | {_name(r.winner_paid)} | "
-                     f"{_num(r.error_paid)} | {_changed(r.beats_majority_paid)} | "
-                     f"{_change(r)} |")  # fmt: skip
+        lines.append(
+            f"| {r.dataset} | {r.epsilon:g} | {_num(r.majority_error)} | "
+            f"{_name(r.winner_free)} | {_num(r.error_free)} | "
+            f"{_changed(r.beats_majority_free)} | {_name(r.winner_paid)} | "
+            f"{_num(r.error_paid)} | {_changed(r.beats_majority_paid)} | "
+            f"{_change(r)} |"
+        )
     for selection in ("free", "paid"):
         judged = top[f"beats_majority_{selection}"].dropna()
         if len(judged):
-            lines += ["", f"Under {selection} tuning the winner clearly beats the majority-class "
-                      f"predictor in {int(judged.astype(bool).sum())} of {len(judged)} settings "
-                      "with a winner."]  # fmt: skip
+            lines += [
+                "",
+                f"Under {selection} tuning the winner clearly beats the majority-class "
+                f"predictor in {int(judged.astype(bool).sum())} of {len(judged)} settings "
+                "with a winner.",
+            ]
     return lines
 
 
@@ -365,36 +468,50 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
     """The report: the finding (does paying change the winner, by how much), ranking all
     methods and ranking only those that do not read the sensitive attribute at test time,
     then per dataset one table of free vs paid per method and epsilon."""
-    lines = ["# fig-tuning-cost: what paying for tuning costs", "",
-             "Per dataset and total ε, every private fair method tuned by the same procedure "
-             "twice: **free** (`selection: uncharged`: each candidate at the full ε, exact "
-             "validation scores, tuning not charged, the papers' convention) and **paid** "
-             "(`selection: private`: Papernot and Steinke's private selection, the released "
-             "model and its score (ε, δ)-DP at the stated total, accounted by the RDP "
-             "accountant). Same candidates, counts, seeds and splits in both; 10 repeats, each "
-             "on its own split. Test error of the released models: mean [95% CI] over the "
-             "repeats that released one; `held` = repeats whose released model held τ on "
-             "test, out of all repeats (nothing released counts as a miss). Ranked: methods "
-             "that held τ in at least half the repeats, by mean test error. `majority`: the "
-             "test error of predicting the training split's majority label (violation 0, no "
-             "training, no ε); a winner *beats* it when its 95% CI lies entirely below.", "",
-             "## Finding"]  # fmt: skip
+    lines = [
+        "# fig-tuning-cost: what paying for tuning costs",
+        "",
+        "Per dataset and total ε, every private fair method tuned by the same procedure "
+        "twice: **free** (`selection: uncharged`: each candidate at the full ε, exact "
+        "validation scores, tuning not charged, the papers' convention) and **paid** "
+        "(`selection: private`: Papernot and Steinke's private selection, the released "
+        "model and its score (ε, δ)-DP at the stated total, accounted by the RDP "
+        "accountant). Same candidates, counts, seeds and splits in both; 10 repeats, each "
+        "on its own split. Test error of the released models: mean [95% CI] over the "
+        "repeats that released one; `held` = repeats whose released model held τ on "
+        "test, out of all repeats (nothing released counts as a miss). Ranked: methods "
+        "that held τ in at least half the repeats, by mean test error. `majority`: the "
+        "test error of predicting the training split's majority label (violation 0, no "
+        "training, no ε); a winner *beats* it when its 95% CI lies entirely below.",
+        "",
+        "## Finding",
+    ]
     for scope in SCOPES.values():
         lines += ["", *_finding(top[top["scope"] == scope], scope)]
     costs = cost.dropna(subset=["cost_mean"])
     if len(costs):
-        lines += ["", f"Paid minus free test error, paired over repeats where both released: "
-                  f"median {costs['cost_mean'].median():+.3f}, range "
-                  f"{costs['cost_mean'].min():+.3f} to {costs['cost_mean'].max():+.3f} over "
-                  f"{len(costs)} (dataset, method, ε) cells."]  # fmt: skip
+        lines += [
+            "",
+            f"Paid minus free test error, paired over repeats where both released: "
+            f"median {costs['cost_mean'].median():+.3f}, range "
+            f"{costs['cost_mean'].min():+.3f} to {costs['cost_mean'].max():+.3f} over "
+            f"{len(costs)} (dataset, method, ε) cells.",
+        ]
     for dataset, here in table.groupby("dataset", sort=True):
         majority = here["majority_error"].iloc[0]
-        lines += ["", f"## {dataset}", "", f"![{dataset}](tuning-cost.png)", "",
-                  f"Majority-class predictor: test error {_num(majority) or 'not computed'} "
-                  "(violation 0).", "",
-                  "| method | ε | free: error | held | rank | paid: error | held | rank | "
-                  "paid − free (paired) | candidate ε (paid) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            "",
+            f"## {dataset}",
+            "",
+            f"![{dataset}](tuning-cost.png)",
+            "",
+            f"Majority-class predictor: test error {_num(majority) or 'not computed'} "
+            "(violation 0).",
+            "",
+            "| method | ε | free: error | held | rank | paid: error | held | rank | "
+            "paid − free (paired) | candidate ε (paid) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for (method, eps), pair in here.groupby(["method", "epsilon"], sort=True):
             cells = [method, f"{eps:g}"]
             for selection in ("free", "paid"):
@@ -404,19 +521,31 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
                     continue
                 r = row.iloc[0]
                 held = round(r["satisfied_fraction"] * r["repeats"])
-                error = ("no candidate calibrates" if isinstance(r["left_out"], str)
-                         else _fmt(r["test_error_mean"], r["ci_low"], r["ci_high"]))  # fmt: skip
-                cells += [error,
-                          f"{held}/{r['repeats']}",
-                          "" if math.isnan(r["rank"]) else f"{r['rank']:.0f}"]  # fmt: skip
-            c = cost[(cost["dataset"] == dataset) & (cost["method"] == method)
-                     & (cost["epsilon"] == eps)]  # fmt: skip
-            cells.append("" if c.empty or math.isnan(c["cost_mean"].iloc[0]) else
-                         f"{c['cost_mean'].iloc[0]:+.3f} ± {c['cost_ci95'].iloc[0]:.3f} "
-                         f"({c['pairs'].iloc[0]})")  # fmt: skip
+                error = (
+                    "no candidate calibrates"
+                    if isinstance(r["left_out"], str)
+                    else _fmt(r["test_error_mean"], r["ci_low"], r["ci_high"])
+                )
+                cells += [
+                    error,
+                    f"{held}/{r['repeats']}",
+                    "" if math.isnan(r["rank"]) else f"{r['rank']:.0f}",
+                ]
+            c = cost[
+                (cost["dataset"] == dataset) & (cost["method"] == method) & (cost["epsilon"] == eps)
+            ]
+            cells.append(
+                ""
+                if c.empty or math.isnan(c["cost_mean"].iloc[0])
+                else f"{c['cost_mean'].iloc[0]:+.3f} ± {c['cost_ci95'].iloc[0]:.3f} "
+                f"({c['pairs'].iloc[0]})"
+            )
             paid = pair[pair["selection"] == "paid"]
-            cells.append("" if paid.empty or math.isnan(paid["candidate_epsilon"].iloc[0])
-                         else f"{paid['candidate_epsilon'].iloc[0]:.3g}")  # fmt: skip
+            cells.append(
+                ""
+                if paid.empty or math.isnan(paid["candidate_epsilon"].iloc[0])
+                else f"{paid['candidate_epsilon'].iloc[0]:.3g}"
+            )
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -119,8 +119,11 @@ class TrialRow:
 
     def to_record(self) -> dict[str, Any]:
         """The row as the store keeps it: the fixed columns, then `val_*` and `test_*`."""
-        record = {f.name: getattr(self, f.name) for f in fields(self)
-                  if f.name not in (*SPLITS, *TRANSIENT)}  # fmt: skip
+        record = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in (*SPLITS, *TRANSIENT)
+        }
         for split in SPLITS:
             record.update({f"{split}_{k}": v for k, v in getattr(self, split).items()})
         return record

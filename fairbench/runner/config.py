@@ -300,12 +300,16 @@ def _check_constraint(cls, constraint: str, definition: dict[str, Any] | None) -
     """A method trained towards a constraint (knobs given) must support it."""
     if definition is not None:
         if not cls.declared_constraints:
-            raise ConfigError(f"method {cls.name} does not train towards a declared rate-"
-                              "constraint set; use a named constraint, or a method that does "
-                              "(`fairbench describe METHOD` says)")  # fmt: skip
+            raise ConfigError(
+                f"method {cls.name} does not train towards a declared rate-"
+                "constraint set; use a named constraint, or a method that does "
+                "(`fairbench describe METHOD` says)"
+            )
     elif cls.constraints is not None and constraint not in cls.constraints:
-        raise ConfigError(f"method {cls.name} does not support constraint {constraint}; it "
-                          f"supports {', '.join(cls.constraints)}")  # fmt: skip
+        raise ConfigError(
+            f"method {cls.name} does not support constraint {constraint}; it "
+            f"supports {', '.join(cls.constraints)}"
+        )
 
 
 def _resolve_dataset(entry: DatasetEntry, warn, check_data: bool) -> tuple[str, dict[str, Any]]:

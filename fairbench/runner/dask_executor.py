@@ -47,8 +47,13 @@ def run_on_dask(
 
     cluster = None
     if scheduler is None:  # its workers are ours: they end with this process (lifeline)
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, preload=[lifeline.__name__])  # fmt: skip
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            preload=[lifeline.__name__],
+        )
     client = Client(scheduler or cluster)
     futures = []
     try:

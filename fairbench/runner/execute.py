@@ -138,8 +138,11 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted paths to leaves; entries of lists of named entries keyed by their label/name."""
     if isinstance(value, dict):
         items = value.items()
-    elif isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v
-                                                    for v in value):  # fmt: skip
+    elif (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, dict) and "name" in v for v in value)
+    ):
         items = ((v.get("label") or v["name"], v) for v in value)
     else:
         return {prefix: value}
@@ -204,8 +207,14 @@ def execute(
             raise Interrupted(stored, len(specs), signum, resume) from None
 
 
-def _run_pending(specs: list[TrialSpec], run_dir: Path, workers: int, quiet: bool,
-                 executor: str, scheduler: str | None) -> RunSummary:  # fmt: skip
+def _run_pending(
+    specs: list[TrialSpec],
+    run_dir: Path,
+    workers: int,
+    quiet: bool,
+    executor: str,
+    scheduler: str | None,
+) -> RunSummary:
     store = ResultStore(run_dir)
     try:
         finished = store.done_ids()

@@ -21,8 +21,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     for item in overrides:
         path, sep, raw = item.partition("=")
         if not sep or not path:
-            raise ConfigError(f"override {item!r}: write KEY=VALUE, e.g. epsilons=[0.5,1] or "
-                              "methods.raco-dp.knobs=[0.05]")  # fmt: skip
+            raise ConfigError(
+                f"override {item!r}: write KEY=VALUE, e.g. epsilons=[0.5,1] or "
+                "methods.raco-dp.knobs=[0.05]"
+            )
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError:
@@ -66,6 +68,7 @@ def _entry_index(entries: list[Any], key: str, where: list[str], item: str) -> i
     if len(matches) != 1:
         listed = ", ".join(str(n) for n in names)
         problem = "names no entry" if not matches else "names several entries (use an index)"
-        raise ConfigError(f"override {item!r}: {'.'.join(where[:-1])}.{key} {problem}; "
-                          f"entries there: {listed}")  # fmt: skip
+        raise ConfigError(
+            f"override {item!r}: {'.'.join(where[:-1])}.{key} {problem}; entries there: {listed}"
+        )
     return matches[0]

@@ -211,9 +211,12 @@ def _knob_warnings(specs: list[TrialSpec]) -> list[str]:
     if not (knob and knob.rate_tolerance and rates):
         return []
     vacuous = sorted({s.knob for s in specs if s.knob is not None and s.knob >= 1})
-    return [f"method {specs[0].label}: knob {knob.name} = {v:g} never binds "
-            f"({specs[0].constraint} compares rates in [0, 1]), so those trials run "
-            "unconstrained; use values below 1" for v in vacuous]  # fmt: skip
+    return [
+        f"method {specs[0].label}: knob {knob.name} = {v:g} never binds "
+        f"({specs[0].constraint} compares rates in [0, 1]), so those trials run "
+        "unconstrained; use values below 1"
+        for v in vacuous
+    ]
 
 
 def _seed_warnings(seeds: list[int]) -> list[str]:

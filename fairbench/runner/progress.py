@@ -60,6 +60,7 @@ def run_progress(specs: list[TrialSpec], run_dir: Path) -> RunProgress:
         if status == "failed":
             lines = (error or "").strip().splitlines()
             failures.append((spec.trial_id, lines[-1] if lines else ""))
-    labels = [LabelProgress(label, c["done"], c["failed"], c["pending"])
-              for label, c in counts.items()]  # fmt: skip
+    labels = [
+        LabelProgress(label, c["done"], c["failed"], c["pending"]) for label, c in counts.items()
+    ]
     return RunProgress(labels, failures)

@@ -47,8 +47,13 @@ def duration(seconds: float) -> str:
 class PlainProgress:
     """Progress lines on stderr, at most one per `interval` seconds, plus the final one."""
 
-    def __init__(self, total: int, interval: float, clock: Callable[[], float] = time.monotonic,
-                 noun: str = "trials"):  # fmt: skip
+    def __init__(
+        self,
+        total: int,
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+        noun: str = "trials",
+    ):
         self.total, self.interval, self.clock, self.noun = total, interval, clock, noun
         self.done = self.failed = 0
         self.start = self.last = clock()
@@ -68,8 +73,10 @@ class PlainProgress:
         elapsed = self.clock() - self.start
         eta = duration(elapsed / self.done * (self.total - self.done)) if self.done else "?"
         percent = 100 * self.done / self.total if self.total else 100.0
-        return (f"{self.noun} {self.done}/{self.total} ({percent:.0f}%) elapsed "
-                f"{duration(elapsed)} eta {eta}, {self.failed} failed")  # fmt: skip
+        return (
+            f"{self.noun} {self.done}/{self.total} ({percent:.0f}%) elapsed "
+            f"{duration(elapsed)} eta {eta}, {self.failed} failed"
+        )
 
     def show(self) -> None:
         print(self.line(), file=sys.stderr, flush=True)
@@ -97,8 +104,14 @@ def trial_progress(total: int, quiet: bool, noun: str = "trials") -> Iterator[Ad
     if quiet:
         yield lambda failed: None
     elif get_console().is_terminal:
-        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())  # fmt: skip
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+        )
         with Progress(*columns) as bar:
             task = bar.add_task(noun, total=total)
             yield lambda failed: bar.advance(task)

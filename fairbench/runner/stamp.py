@@ -24,8 +24,9 @@ def _git(*args: str) -> str | None:
     """Output of a git command in fairbench's source tree; None outside a checkout."""
     source = Path(__file__).resolve().parent.parent
     try:
-        done = subprocess.run(["git", *args], cwd=source, capture_output=True, text=True,
-                              timeout=10, check=True)  # fmt: skip
+        done = subprocess.run(
+            ["git", *args], cwd=source, capture_output=True, text=True, timeout=10, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip()

@@ -145,16 +145,26 @@ def decisions(fitted: Fitted, split: Split):
     if fitted.derived is not None:  # each record twice: output 1 with its probability, 0 else
         proba = fitted.predict_proba(split.X, split.s)
         both = np.concatenate([np.ones(len(split), np.int64), np.zeros(len(split), np.int64)])
-        return (np.tile(split.y, 2), np.tile(split.s, 2), both, np.tile(proba, (2, 1)),
-                np.concatenate([proba[:, 1], proba[:, 0]]))  # fmt: skip
+        return (
+            np.tile(split.y, 2),
+            np.tile(split.s, 2),
+            both,
+            np.tile(proba, (2, 1)),
+            np.concatenate([proba[:, 1], proba[:, 0]]),
+        )
     if not fitted.randomized:
         proba = fitted.predict_proba(split.X)
         return split.y, split.s, proba.argmax(axis=1), proba, None
     proba = fitted.component_probabilities(split.X)
     copies = len(proba)
     weight = None if fitted.weights is None else np.repeat(fitted.weights, len(split))
-    return (np.tile(split.y, copies), np.tile(split.s, copies), proba.argmax(axis=2).reshape(-1),
-            proba.reshape(-1, proba.shape[2]), weight)  # fmt: skip
+    return (
+        np.tile(split.y, copies),
+        np.tile(split.s, copies),
+        proba.argmax(axis=2).reshape(-1),
+        proba.reshape(-1, proba.shape[2]),
+        weight,
+    )
 
 
 def outcome_cells(fitted: Fitted, split: Split, task: Task) -> list:
@@ -189,8 +199,11 @@ def evaluate_group_loss(
         losses = metrics.group_error_rates(y, pred, s, task.n_groups, w)
         error = metrics.error_rate(y, pred, w)
         # the bound is checked on the loss the method bounds (DPSE: the logistic loss)
-        bounded = (metrics.group_log_losses(y, proba, s, task.n_groups, w)
-                   if fitted.info.get("bounded_loss") == "log_loss" else losses)  # fmt: skip
+        bounded = (
+            metrics.group_log_losses(y, proba, s, task.n_groups, w)
+            if fitted.info.get("bounded_loss") == "log_loss"
+            else losses
+        )
     worst = float(np.nanmax(losses))
     held = float(np.nanmax(bounded))
     smallest = int(np.argmin(np.bincount(task.train.s, minlength=task.n_groups)))
@@ -198,12 +211,18 @@ def evaluate_group_loss(
         "predictions_sha256": fingerprint,
         "error": error,
         "violation": worst,
-        "rate_constraints": [{"name": "bounded_group_loss", "value": held, "gamma": bound,
-                              "violation": None if bound is None else held - bound,
-                              "satisfied": None if bound is None else held <= bound}],
+        "rate_constraints": [
+            {
+                "name": "bounded_group_loss",
+                "value": held,
+                "gamma": bound,
+                "violation": None if bound is None else held - bound,
+                "satisfied": None if bound is None else held <= bound,
+            }
+        ],
         "group_loss": losses.tolist(),
         "smallest_group_loss": float(losses[smallest]),
-    }  # fmt: skip
+    }
 
 
 def run_trial(spec: TrialSpec) -> TrialRow:
@@ -229,15 +248,23 @@ def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
     loaded = time.perf_counter()
     method = get_method(first.method, **first.hparams)
     privacy = PrivacyBudget(first.epsilon, first.delta) if first.epsilon is not None else None
-    trials = [Trial(task, FairnessSpec(s.constraint, s.knob, s.constraint_definition),
-                    PrivacySession(s.seed, resolve_device(s.device), privacy,
-                                   secure_noise=s.secure_noise))
-              for s, task in zip(specs, tasks, strict=True)]  # fmt: skip
+    trials = [
+        Trial(
+            task,
+            FairnessSpec(s.constraint, s.knob, s.constraint_definition),
+            PrivacySession(s.seed, resolve_device(s.device), privacy, secure_noise=s.secure_noise),
+        )
+        for s, task in zip(specs, tasks, strict=True)
+    ]
     fits = method.fit_stack(trials)
-    shared = {"data": (loaded - began) / len(specs),
-              "fit": (time.perf_counter() - loaded) / len(specs)}  # fmt: skip
-    return [_evaluated(spec, method, fitted, trial, privacy, shared)
-            for spec, fitted, trial in zip(specs, fits, trials, strict=True)]  # fmt: skip
+    shared = {
+        "data": (loaded - began) / len(specs),
+        "fit": (time.perf_counter() - loaded) / len(specs),
+    }
+    return [
+        _evaluated(spec, method, fitted, trial, privacy, shared)
+        for spec, fitted, trial in zip(specs, fits, trials, strict=True)
+    ]
 
 
 def _evaluated(spec, method, fitted, trial, privacy, shared: dict[str, float]) -> TrialRow:
@@ -252,9 +279,13 @@ def _evaluated(spec, method, fitted, trial, privacy, shared: dict[str, float]) -
         test = evaluate_group_loss(fitted, task.test, task, spec.knob)
     else:
         gamma = spec.knob if method.knob is not None and method.knob.name == "gamma" else None
-        rate_set = constraints.build(spec.constraint, spec.constraint_definition,
-                                     task.n_classes, task.n_groups,
-                                     0.0 if gamma is None else gamma)  # fmt: skip
+        rate_set = constraints.build(
+            spec.constraint,
+            spec.constraint_definition,
+            task.n_classes,
+            task.n_groups,
+            0.0 if gamma is None else gamma,
+        )
         if gamma is None:  # no stated target: report values only
             rate_set = rate_set.with_gamma(float("nan"))
         builtin = spec.constraint_definition is None
@@ -262,8 +293,11 @@ def _evaluated(spec, method, fitted, trial, privacy, shared: dict[str, float]) -
         test = evaluate(fitted, task.test, task, rate_set, builtin)
     if task.kind != "regression":
         fitted.info["val_outcome_cells"] = outcome_cells(fitted, task.val, task)
-    phases = {**shared, "accounting": accounted - start,
-              "evaluation": time.perf_counter() - accounted}  # fmt: skip
+    phases = {
+        **shared,
+        "accounting": accounted - start,
+        "evaluation": time.perf_counter() - accounted,
+    }
     wall = shared["fit"] + phases["accounting"]
     return _row(spec, method, fitted, privacy, spent, checks, wall, phases, task, val, test)
 

@@ -39,9 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--knob-values", type=float, nargs=2, metavar=("LOOSE", "STRICT"))
     parser.add_argument("--constraint", help="default demographic_parity")
     args = parser.parse_args(argv)
-    options = {"hparams": json.loads(args.hparams), "knob": args.knob,
-               "constraint": args.constraint,
-               "knob_values": tuple(args.knob_values) if args.knob_values else None}  # fmt: skip
+    options = {
+        "hparams": json.loads(args.hparams),
+        "knob": args.knob,
+        "constraint": args.constraint,
+        "knob_values": tuple(args.knob_values) if args.knob_values else None,
+    }
     results = [run(target, **options) for target in args.targets]
     return 0 if all(results) else 1
 

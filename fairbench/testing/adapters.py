@@ -76,8 +76,12 @@ def iter_adapter_checks(adapter: Dataset, seed: int = 0, root: Path | None = Non
         _fail(name, "seed-changes-split", f"seeds {seed} and {seed + 1} gave the same split")
     yield "seed-changes-split"
     if sum(_sizes(first)) != sum(_sizes(other)):
-        _fail(name, "part-sizes", f"seeds {seed} and {seed + 1} split {sum(_sizes(first))} "
-              f"and {sum(_sizes(other))} rows: a split must partition one fixed table")  # fmt: skip
+        _fail(
+            name,
+            "part-sizes",
+            f"seeds {seed} and {seed + 1} split {sum(_sizes(first))} "
+            f"and {sum(_sizes(other))} rows: a split must partition one fixed table",
+        )
     yield "part-sizes"
 
 

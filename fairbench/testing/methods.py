@@ -103,9 +103,15 @@ class Checker:
             self.fail(check, why)
 
     def fit(
-        self, check: str, seed: int, epsilon: float | None, *, knob: float | None = None,
-        task: Task | None = None, fresh: bool = False,
-    ) -> tuple[Fitted, PrivacySession]:  # fmt: skip
+        self,
+        check: str,
+        seed: int,
+        epsilon: float | None,
+        *,
+        knob: float | None = None,
+        task: Task | None = None,
+        fresh: bool = False,
+    ) -> tuple[Fitted, PrivacySession]:
         """Fit through a session the kit keeps; cached by arguments unless `fresh`."""
         knob = self.knob if knob is None else knob
         task = self.task if task is None else task
@@ -116,15 +122,19 @@ class Checker:
         session = PrivacySession(seed, budget=budget)
         try:
             method = self.cls(**self.hparams)
-            fitted = method.fit(task, budget, FairnessSpec(self.constraint, knob), seed, "cpu",
-                                session=session)  # fmt: skip
+            fitted = method.fit(
+                task, budget, FairnessSpec(self.constraint, knob), seed, "cpu", session=session
+            )
         except PrivacyContractError as exc:
             message = str(exc).removeprefix(f"method {self.cls.name}: ")  # said once, by fail
             plan = "differ from its plan" in message or "without a plan" in message
             self.fail("ledger-matches-plan" if plan else "privacy-contract", message)
         except Exception as exc:  # any error in a fit fails the check that asked for it
-            self.fail(check, f"fit (seed {seed}, epsilon {epsilon}, knob {knob}) raised "
-                      f"{type(exc).__name__}: {exc}")  # fmt: skip
+            self.fail(
+                check,
+                f"fit (seed {seed}, epsilon {epsilon}, knob {knob}) raised "
+                f"{type(exc).__name__}: {exc}",
+            )
         self.require(isinstance(fitted, Fitted), check, "fit did not return a Fitted")
         if not fresh:
             self.fits[key] = (fitted, session)
@@ -142,10 +152,16 @@ def check_attributes(c: Checker) -> Iterator[str]:
         why = f"class attribute {attr!r} must be a non-empty {kind.__name__}, got {value!r}"
         c.require(isinstance(value, kind) and value != "", "attributes", why)
     hp = getattr(cls, "Hparams", None)
-    c.require(isinstance(hp, type) and issubclass(hp, BaseModel), "attributes",
-              "Hparams must be a pydantic model")  # fmt: skip
-    c.require(hp.model_config.get("extra") == "forbid", "attributes",
-              "Hparams must forbid unknown keys (model_config extra='forbid')")  # fmt: skip
+    c.require(
+        isinstance(hp, type) and issubclass(hp, BaseModel),
+        "attributes",
+        "Hparams must be a pydantic model",
+    )
+    c.require(
+        hp.model_config.get("extra") == "forbid",
+        "attributes",
+        "Hparams must forbid unknown keys (model_config extra='forbid')",
+    )
     knob = getattr(cls, "knob", None)
     c.require(knob is None or knob_name(cls), "attributes", "knob must be None, a name or a Knob")
     yield "attributes"
@@ -168,8 +184,11 @@ def check_hparams(c: Checker) -> Iterator[str]:
         resolved = c.cls(**c.hparams).hparams
     except Exception as exc:
         c.fail("hparams-valid", f"the given hyper-parameters {c.hparams} were refused: {exc}")
-    c.require(isinstance(resolved, c.cls.Hparams), "hparams-valid",
-              "the instance's `hparams` is not an instance of the class's Hparams")  # fmt: skip
+    c.require(
+        isinstance(resolved, c.cls.Hparams),
+        "hparams-valid",
+        "the instance's `hparams` is not an instance of the class's Hparams",
+    )
     bad: list[tuple[str, dict[str, Any]]] = [("unknown key", {**c.hparams, UNKNOWN_KEY: 1})]
     positive = positive_field(c.cls.Hparams)
     if positive is not None:
@@ -184,8 +203,11 @@ def check_hparams(c: Checker) -> Iterator[str]:
         c.fail("hparams-rejected", f"{what} was accepted: {hparams}")
     yield "hparams-rejected" + ("" if positive else " (unknown key only: no field is >= 0)")
     again = type(resolved)(**json.loads(json.dumps(resolved.model_dump())))
-    c.require(again == resolved, "hparams-json-roundtrip",
-              f"{resolved!r} came back from JSON as {again!r}")  # fmt: skip
+    c.require(
+        again == resolved,
+        "hparams-json-roundtrip",
+        f"{resolved!r} came back from JSON as {again!r}",
+    )
     yield "hparams-json-roundtrip"
 
 
@@ -214,17 +236,26 @@ def check_determinism(c: Checker) -> Iterator[str]:
     eps = c.contract_epsilon()
     first, _ = c.fit("determinism", 0, eps)
     again, _ = c.fit("determinism", 0, eps, fresh=True)
-    c.require(fingerprint(first, c.task) == fingerprint(again, c.task), "determinism",
-              "two fits with seed 0 gave different test predictions (is a random stream "
-              "seeded from anything but the session?)")  # fmt: skip
-    c.require(ledger_text(first) == ledger_text(again), "determinism",
-              "two fits with seed 0 recorded different ledgers")  # fmt: skip
+    c.require(
+        fingerprint(first, c.task) == fingerprint(again, c.task),
+        "determinism",
+        "two fits with seed 0 gave different test predictions (is a random stream "
+        "seeded from anything but the session?)",
+    )
+    c.require(
+        ledger_text(first) == ledger_text(again),
+        "determinism",
+        "two fits with seed 0 recorded different ledgers",
+    )
     yield "determinism"
     if not c.private:
         return
     other, _ = c.fit("seed-sensitivity", 1, eps)
-    c.require(fingerprint(other, c.task) != fingerprint(first, c.task), "seed-sensitivity",
-              "seeds 0 and 1 gave bit-identical models: training ignores the seed")  # fmt: skip
+    c.require(
+        fingerprint(other, c.task) != fingerprint(first, c.task),
+        "seed-sensitivity",
+        "seeds 0 and 1 gave bit-identical models: training ignores the seed",
+    )
     yield "seed-sensitivity"
 
 
@@ -233,25 +264,39 @@ def check_privacy(c: Checker) -> Iterator[str]:
     more than the target; a non-private method records nothing."""
     if not c.private:
         fitted, session = c.fit("records-nothing", 0, None)
-        c.require(not fitted.ledger.entries and not session.releases, "records-nothing",
-                  "a non-private method recorded privacy events")  # fmt: skip
+        c.require(
+            not fitted.ledger.entries and not session.releases,
+            "records-nothing",
+            "a non-private method recorded privacy events",
+        )
         yield "records-nothing"
         return
     for target in c.targets:
         fitted, session = c.fit("ledger-matches-plan", 0, target)
         recorded = session.ledger()
-        c.require(fitted.plan is not None and session.plan is not None, "ledger-matches-plan",
-                  f"no plan was submitted (epsilon {target})")  # fmt: skip
-        same = (canonical(fitted.ledger) == canonical(fitted.plan)
-                and canonical(recorded) == canonical(session.plan))  # fmt: skip
-        c.require(same, "ledger-matches-plan", f"the recorded ledger differs from the plan "
-                  f"(epsilon {target})")  # fmt: skip
-        c.require(fitted.ledger.to_json() == recorded.to_json(), "ledger-matches-plan",
-                  "the returned ledger is not what the session recorded")  # fmt: skip
+        c.require(
+            fitted.plan is not None and session.plan is not None,
+            "ledger-matches-plan",
+            f"no plan was submitted (epsilon {target})",
+        )
+        same = canonical(fitted.ledger) == canonical(fitted.plan) and canonical(
+            recorded
+        ) == canonical(session.plan)
+        c.require(
+            same,
+            "ledger-matches-plan",
+            f"the recorded ledger differs from the plan (epsilon {target})",
+        )
+        c.require(
+            fitted.ledger.to_json() == recorded.to_json(),
+            "ledger-matches-plan",
+            "the returned ledger is not what the session recorded",
+        )
         c.require(recorded.entries, "ledger-nonempty", f"nothing recorded at epsilon {target}")
         spent = recorded.epsilon(c.delta)
-        c.require(spent <= target, "epsilon-within-target",
-                  f"spent epsilon {spent:.6g} > target {target}")  # fmt: skip
+        c.require(
+            spent <= target, "epsilon-within-target", f"spent epsilon {spent:.6g} > target {target}"
+        )
     yield from ("ledger-matches-plan", "ledger-nonempty", "epsilon-within-target")
 
 
@@ -260,8 +305,9 @@ def evaluation(c: Checker, fitted: Fitted, split: Split, task: Task) -> dict[str
     if task.kind == "regression" or c.constraint == "bounded_group_loss":
         return evaluate_group_loss(fitted, split, task, c.knob)
     gamma = c.knob if knob_name(c.cls) == "gamma" else None
-    rate_set = constraints.build(c.constraint, None, task.n_classes, task.n_groups,
-                                 0.0 if gamma is None else gamma)  # fmt: skip
+    rate_set = constraints.build(
+        c.constraint, None, task.n_classes, task.n_groups, 0.0 if gamma is None else gamma
+    )
     if gamma is None:
         rate_set = rate_set.with_gamma(float("nan"))
     return evaluate(fitted, split, task, rate_set, True)
@@ -277,10 +323,16 @@ def check_metrics(c: Checker) -> Iterator[str]:
     missing = [k for k in REQUIRED_METRICS if k not in row]
     c.require(not missing, "metrics-schema", f"evaluation lacks {missing}")
     error, violation = row["error"], row["violation"]
-    c.require(math.isfinite(error) and math.isfinite(violation) and violation >= 0,
-              "metrics-schema", f"error {error}, violation {violation}")  # fmt: skip
-    c.require(c.task.kind == "regression" or 0 <= error <= 1, "metrics-schema",
-              f"error {error} outside [0, 1]")  # fmt: skip
+    c.require(
+        math.isfinite(error) and math.isfinite(violation) and violation >= 0,
+        "metrics-schema",
+        f"error {error}, violation {violation}",
+    )
+    c.require(
+        c.task.kind == "regression" or 0 <= error <= 1,
+        "metrics-schema",
+        f"error {error} outside [0, 1]",
+    )
     c.require(isinstance(row["predictions_sha256"], str), "metrics-schema", "bad fingerprint")
     yield "metrics-schema"
 
@@ -293,8 +345,10 @@ def check_knob(c: Checker, knob_values: tuple[float, float] | None) -> Iterator[
         return
     values = knob_values or default_knob_values(c.cls.knob)
     if values is None:
-        yield (f"knob-monotonicity: skipped (knob {name!r} is a plain name with no direction; "
-               "pass knob_values=(loose, strict))")  # fmt: skip
+        yield (
+            f"knob-monotonicity: skipped (knob {name!r} is a plain name with no direction; "
+            "pass knob_values=(loose, strict))"
+        )
         return
     task = disparity_task()
     eps = c.targets[-1] if c.private else None
@@ -306,24 +360,36 @@ def check_knob(c: Checker, knob_values: tuple[float, float] | None) -> Iterator[
         bounded = c.constraint == "bounded_group_loss" or task.kind == "regression"
         violation.append(row["rate_constraints"][0]["value"] if bounded else row["violation"])
     loose, strict = violation
-    c.require(strict <= loose + KNOB_TOLERANCE, "knob-monotonicity",
-              f"{name} = {values[1]} (strict) has training violation {strict:.4f} > {loose:.4f} "
-              f"at {name} = {values[0]} (loose) + tolerance {KNOB_TOLERANCE}")  # fmt: skip
+    c.require(
+        strict <= loose + KNOB_TOLERANCE,
+        "knob-monotonicity",
+        f"{name} = {values[1]} (strict) has training violation {strict:.4f} > {loose:.4f} "
+        f"at {name} = {values[0]} (loose) + tolerance {KNOB_TOLERANCE}",
+    )
     yield f"knob-monotonicity ({name} {values[0]} -> {values[1]}: {loose:.3f} -> {strict:.3f})"
 
 
 def iter_checks(
-    method_cls: type, *, task: Task | None = None, knob: float | None = None,
-    constraint: str | None = None, hparams: dict[str, Any] | None = None,
-    knob_values: tuple[float, float] | None = None, targets: tuple[float, ...] = TARGETS,
-) -> Iterator[str]:  # fmt: skip
+    method_cls: type,
+    *,
+    task: Task | None = None,
+    knob: float | None = None,
+    constraint: str | None = None,
+    hparams: dict[str, Any] | None = None,
+    knob_values: tuple[float, float] | None = None,
+    targets: tuple[float, ...] = TARGETS,
+) -> Iterator[str]:
     """`check_method`, one check at a time: yields each passed check's name as it passes (a
     skipped one as "NAME: skipped (why)") and raises `AssertionError` at the first failure."""
     has_knob = knob_name(method_cls) is not None
-    c = Checker(method_cls, task if task is not None else disparity_task(),
-                constraint or "demographic_parity",
-                knob if knob is not None or not has_knob else DEFAULT_KNOB,
-                dict(hparams or {}), tuple(targets))  # fmt: skip
+    c = Checker(
+        method_cls,
+        task if task is not None else disparity_task(),
+        constraint or "demographic_parity",
+        knob if knob is not None or not has_knob else DEFAULT_KNOB,
+        dict(hparams or {}),
+        tuple(targets),
+    )
     yield from check_attributes(c)
     yield from check_hparams(c)
     yield from check_determinism(c)
@@ -333,10 +399,15 @@ def iter_checks(
 
 
 def check_method(
-    method_cls: type, *, task: Task | None = None, knob: float | None = None,
-    constraint: str | None = None, hparams: dict[str, Any] | None = None,
-    knob_values: tuple[float, float] | None = None, targets: tuple[float, ...] = TARGETS,
-) -> list[str]:  # fmt: skip
+    method_cls: type,
+    *,
+    task: Task | None = None,
+    knob: float | None = None,
+    constraint: str | None = None,
+    hparams: dict[str, Any] | None = None,
+    knob_values: tuple[float, float] | None = None,
+    targets: tuple[float, ...] = TARGETS,
+) -> list[str]:
     """Run the method contract on `method_cls` and return the checks passed; raise
     `AssertionError` (one line naming the method and the check) at the first failure.
 
@@ -344,5 +415,14 @@ def check_method(
     a method with one) to 0.1, `hparams` to the class defaults: pass small ones (few epochs) to
     keep its four to six fits quick. `knob_values` = (loose, strict) for the knob smoke test;
     by default they come from a `Knob`'s direction, and a plain-string knob skips the test."""
-    return list(iter_checks(method_cls, task=task, knob=knob, constraint=constraint,
-                            hparams=hparams, knob_values=knob_values, targets=targets))  # fmt: skip
+    return list(
+        iter_checks(
+            method_cls,
+            task=task,
+            knob=knob,
+            constraint=constraint,
+            hparams=hparams,
+            knob_values=knob_values,
+            targets=targets,
+        )
+    )

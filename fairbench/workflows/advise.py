@@ -147,8 +147,9 @@ class Roots:
         if seed is None:
             return cls(secrets.randbits(128), secrets.randbits(128))
         state = np.random.SeedSequence(seed).generate_state(8, np.uint32)
-        release, comparison = (sum(int(w) << (32 * i) for i, w in enumerate(state[k:k + 4]))
-                               for k in (0, 4))  # fmt: skip
+        release, comparison = (
+            sum(int(w) << (32 * i) for i, w in enumerate(state[k : k + 4])) for k in (0, 4)
+        )
         return cls(release, comparison)
 
     def derived(self, root: int, name: str) -> int:
@@ -206,17 +207,24 @@ def load_spaces(path: str | None) -> list[dict[str, Any]]:
     try:
         data = yaml.safe_load(source.read_text())
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--spaces {source}: malformed YAML ({getattr(exc, 'problem', exc)})"
-                          ) from None  # fmt: skip
+        raise ConfigError(
+            f"--spaces {source}: malformed YAML ({getattr(exc, 'problem', exc)})"
+        ) from None
     if not (isinstance(data, dict) and isinstance(data.get("methods"), list) and data["methods"]):
-        raise ConfigError(f"--spaces {source}: give `methods:`, a list of method entries "
-                          "(name, hparams, space) like configs/advise.yaml")  # fmt: skip
+        raise ConfigError(
+            f"--spaces {source}: give `methods:`, a list of method entries "
+            "(name, hparams, space) like configs/advise.yaml"
+        )
     return data["methods"]
 
 
-def applicable(constraint: str, allow_sensitive_at_test: bool, n_train: int,
-               only: tuple[str, ...] = (), spaces: str | None = None
-               ) -> tuple[list[MethodSpace], dict[str, str]]:  # fmt: skip
+def applicable(
+    constraint: str,
+    allow_sensitive_at_test: bool,
+    n_train: int,
+    only: tuple[str, ...] = (),
+    spaces: str | None = None,
+) -> tuple[list[MethodSpace], dict[str, str]]:
     """The methods advise may recommend, with batch sizes scaled to the data, and why each
     other method of the spaces file is left out."""
     entries = load_spaces(spaces)
@@ -235,28 +243,49 @@ def applicable(constraint: str, allow_sensitive_at_test: bool, n_train: int,
         elif not cls.private:
             raise ConfigError(f"--spaces: {whole_record_problem(get_method(raw['name']))}")
         elif cls.sensitive_at_test and not allow_sensitive_at_test:
-            skipped[raw["name"]] = ("reads the sensitive attribute at test time "
-                                    "(--allow-sensitive-at-test)")  # fmt: skip
+            skipped[raw["name"]] = (
+                "reads the sensitive attribute at test time (--allow-sensitive-at-test)"
+            )
         else:
             fixed = "batch_size" in raw.get("hparams", {})
             space = {**({} if fixed else {"batch_size": batches}), **raw.get("space", {})}
             chosen.append(MethodSpace.model_validate({**raw, "space": space}))
     if not chosen:
-        raise ConfigError(f"no method left to advise on for {constraint}: "
-                          + "; ".join(f"{k} {v}" for k, v in skipped.items()))  # fmt: skip
+        raise ConfigError(
+            f"no method left to advise on for {constraint}: "
+            + "; ".join(f"{k} {v}" for k, v in skipped.items())
+        )
     return chosen, skipped
 
 
-def _config(request: Request, methods: list[MethodSpace], name: str, mean: float, seed: int,
-            split: int, repeats: int) -> AdviceConfig:  # fmt: skip
-    return AdviceConfig.model_validate({
-        "name": name, "datasets": [{**request.dataset, "split": "per-record"}],
-        "constraint": request.constraint, "epsilons": [request.epsilon], "delta": request.delta,
-        "targets": [request.tau], "budget": 1, "search_seeds": [-1],
-        "final_seeds": list(range(repeats)), "split": split,
-        "seed": seed, "selection": "private", "count": {"law": "poisson", "mean": mean},
-        "support": request.support, "methods": [m.model_dump() for m in methods],
-    })  # fmt: skip
+def _config(
+    request: Request,
+    methods: list[MethodSpace],
+    name: str,
+    mean: float,
+    seed: int,
+    split: int,
+    repeats: int,
+) -> AdviceConfig:
+    return AdviceConfig.model_validate(
+        {
+            "name": name,
+            "datasets": [{**request.dataset, "split": "per-record"}],
+            "constraint": request.constraint,
+            "epsilons": [request.epsilon],
+            "delta": request.delta,
+            "targets": [request.tau],
+            "budget": 1,
+            "search_seeds": [-1],
+            "final_seeds": list(range(repeats)),
+            "split": split,
+            "seed": seed,
+            "selection": "private",
+            "count": {"law": "poisson", "mean": mean},
+            "support": request.support,
+            "methods": [m.model_dump() for m in methods],
+        }
+    )
 
 
 def _check(request: Request) -> None:
@@ -266,8 +295,10 @@ def _check(request: Request) -> None:
         raise ConfigError(f"--delta must lie strictly between 0 and 1, got {request.delta:g}")
     rates = [c for c in VIOLATIONS if c != "bounded_group_loss"]  # scored from counts
     if request.constraint not in rates:
-        raise ConfigError(f"--constraint {request.constraint}: advise scores the rate "
-                          f"constraints {', '.join(rates)}")  # fmt: skip
+        raise ConfigError(
+            f"--constraint {request.constraint}: advise scores the rate "
+            f"constraints {', '.join(rates)}"
+        )
     if not 0 < request.tau < 1:
         raise ConfigError(f"--tau is an allowed violation in (0, 1), got {request.tau:g}")
     if "csv" not in request.dataset:
@@ -286,11 +317,16 @@ def plan(request: Request, roots: Roots | None = None) -> Plan:
     notices = adapter.notices()
     task = adapter.load(split)
     rows = len(task.train) + len(task.val) + len(task.test)
-    methods, skipped = applicable(request.constraint, request.allow_sensitive_at_test,
-                                  round(rows * TRAIN_SHARE), request.only,
-                                  request.spaces)  # fmt: skip
-    joint = _config(request, methods, "advise-release", request.budget * len(methods),
-                    roots.release, split, 1)  # fmt: skip
+    methods, skipped = applicable(
+        request.constraint,
+        request.allow_sensitive_at_test,
+        round(rows * TRAIN_SHARE),
+        request.only,
+        request.spaces,
+    )
+    joint = _config(
+        request, methods, "advise-release", request.budget * len(methods), roots.release, split, 1
+    )
     templates = candidate_templates(joint, sample_configurations(joint, request.support))
     support = list(templates.values())
     refuse_partial(support)
@@ -299,26 +335,56 @@ def plan(request: Request, roots: Roots | None = None) -> Plan:
     calibration = time.perf_counter() - started
     scale = 1 / (PLAN_COUNT_SHARE * request.epsilon)
     noisy = plan_counts(task, scale, roots.release, request.secure_noise)
-    comparison = _config(request, methods, "advise-comparison", request.budget, roots.comparison,
-                         roots.derived(roots.comparison, "advise/comparison split"),
-                         request.repeats)  # fmt: skip
-    exact = Exact(notices, rows,
-                  {"train": len(task.train), "validation": len(task.val), "test": len(task.test)},
-                  dict(zip(task.group_names,
-                           np.bincount(task.train.s, minlength=task.n_groups).tolist(),
-                           strict=True)),
-                  majority_class_error(task.train.y, task.test.y))  # fmt: skip
-    return Plan(request, methods, skipped, joint, support, budget, comparison,
-                release_candidates(joint, templates, budget, roots.release, split,
-                                   request.secure_noise),
-                exact, task.feature_names, scale, calibration,
-                notes=score_noise_notes(score_noise(noisy, task.group_names, request.constraint,
-                                                    budget.score_scale), request.tau))  # fmt: skip
+    comparison = _config(
+        request,
+        methods,
+        "advise-comparison",
+        request.budget,
+        roots.comparison,
+        roots.derived(roots.comparison, "advise/comparison split"),
+        request.repeats,
+    )
+    exact = Exact(
+        notices,
+        rows,
+        {"train": len(task.train), "validation": len(task.val), "test": len(task.test)},
+        dict(
+            zip(
+                task.group_names,
+                np.bincount(task.train.s, minlength=task.n_groups).tolist(),
+                strict=True,
+            )
+        ),
+        majority_class_error(task.train.y, task.test.y),
+    )
+    return Plan(
+        request,
+        methods,
+        skipped,
+        joint,
+        support,
+        budget,
+        comparison,
+        release_candidates(joint, templates, budget, roots.release, split, request.secure_noise),
+        exact,
+        task.feature_names,
+        scale,
+        calibration,
+        notes=score_noise_notes(
+            score_noise(noisy, task.group_names, request.constraint, budget.score_scale),
+            request.tau,
+        ),
+    )
 
 
-def release_candidates(joint: AdviceConfig, templates: dict[tuple, TrialSpec],
-                       budget: MethodBudget, root: int, split: int,
-                       secure: bool) -> list[TrialSpec]:  # fmt: skip
+def release_candidates(
+    joint: AdviceConfig,
+    templates: dict[tuple, TrialSpec],
+    budget: MethodBudget,
+    root: int,
+    split: int,
+    secure: bool,
+) -> list[TrialSpec]:
     """The release's candidates, from `root` and the public law alone: K from the count law,
     then per candidate a method uniformly and one of its support configurations uniformly,
     trained at the training epsilon with a seed of its own on the release's split."""
@@ -333,23 +399,32 @@ def release_candidates(joint: AdviceConfig, templates: dict[tuple, TrialSpec],
         spec = templates[(dataset, eps, f"{label}#{int(pick.integers(joint.support))}")]
         options = {**spec.dataset_options, SPLIT_SEED: split}
         seed = candidate_seed(root, "release", 0, i)
-        out.append(replace(spec, epsilon=budget.training_epsilon, secure_noise=secure, seed=seed,
-                           dataset_options=options))  # fmt: skip
+        out.append(
+            replace(
+                spec,
+                epsilon=budget.training_epsilon,
+                secure_noise=secure,
+                seed=seed,
+                dataset_options=options,
+            )
+        )
     return out
 
 
 def plan_counts(task: Task, scale: float, root: int, secure: bool) -> np.ndarray:
     """The validation part's rows by (group, label), each count plus Laplace(scale) noise
     drawn by a privacy session (one record is in one cell: sensitivity 1), floored at 0."""
-    session = PrivacySession(seed_of(root, "advise/plan counts"), budget=PrivacyBudget(1 / scale),
-                             secure_noise=secure)  # fmt: skip
+    session = PrivacySession(
+        seed_of(root, "advise/plan counts"), budget=PrivacyBudget(1 / scale), secure_noise=secure
+    )
     ledger = PrivacyLedger()
     ledger.record(PLAN_COUNTS, dp_event.LaplaceDpEvent(scale))
     session.submit_plan(ledger)
     counts = np.zeros((task.n_groups, task.n_classes))
     np.add.at(counts, (task.val.s, task.val.y), 1.0)
     noisy = session.laplace_histogram(PLAN_COUNTS, scale).release(
-        torch.as_tensor(counts, dtype=torch.float64), len(task.val), None)  # fmt: skip
+        torch.as_tensor(counts, dtype=torch.float64), len(task.val), None
+    )
     return np.clip(noisy.numpy(), 0.0, None)
 
 
@@ -358,12 +433,16 @@ def seed_of(root: int, name: str) -> int:
 
 
 SWAMPS = "the validation score's noise swamps"
-CONDITIONED = {"equalized_odds": (0, 1), "false_negative_rate": (1,),
-               "false_negative_rate_parity": (1,)}  # fmt: skip  # rates within a label
+CONDITIONED = {
+    "equalized_odds": (0, 1),
+    "false_negative_rate": (1,),
+    "false_negative_rate_parity": (1,),
+}  # rates within a label
 
 
-def score_noise(counts: np.ndarray, groups: tuple[str, ...], constraint: str,
-                scale: float) -> dict[str, tuple[int, float]]:  # fmt: skip
+def score_noise(
+    counts: np.ndarray, groups: tuple[str, ...], constraint: str, scale: float
+) -> dict[str, tuple[int, float]]:
     """Per group: (the validation rows its rate divides by, from the noisy counts by (group,
     label), rounded; the std of the Laplace noise the private score puts on that rate). A
     rate's numerator sums two noisy cells of scale b (std 2b); the denominator's own noise is
@@ -387,17 +466,21 @@ def score_noise_notes(noise: dict[str, tuple[int, float]], tau: float) -> list[s
     rows, std = noise[best]
     if std > tau / 2:
         worst = max(noise, key=lambda g: noise[g][1])
-        return [f"{SWAMPS} tau = {tau:g}: the Laplace noise on a "
-                f"group's rate has std at least {std:.2g} for the best-measured group "
-                f"({best!r}, about {rows} validation rows) and {noise[worst][1]:.2g} for "
-                f"{worst!r} (about {noise[worst][0]} rows), so few or no candidates will pass; "
-                "raise --epsilon or --tau, lower --budget, merge small groups (--other), or "
-                "bring more rows"]  # fmt: skip
+        return [
+            f"{SWAMPS} tau = {tau:g}: the Laplace noise on a "
+            f"group's rate has std at least {std:.2g} for the best-measured group "
+            f"({best!r}, about {rows} validation rows) and {noise[worst][1]:.2g} for "
+            f"{worst!r} (about {noise[worst][0]} rows), so few or no candidates will pass; "
+            "raise --epsilon or --tau, lower --budget, merge small groups (--other), or "
+            "bring more rows"
+        ]
     noisy = [g for g, (_, s) in noise.items() if s > tau]
     if noisy:
-        return [f"group(s) {', '.join(repr(g) for g in noisy)} have so few validation rows "
-                f"that the noise on their rates exceeds tau = {tau:g}; merging them (--other) "
-                "makes the private score sharper"]  # fmt: skip
+        return [
+            f"group(s) {', '.join(repr(g) for g in noisy)} have so few validation rows "
+            f"that the noise on their rates exceeds tau = {tau:g}; merging them (--other) "
+            "makes the private score sharper"
+        ]
     return []
 
 
@@ -431,8 +514,9 @@ def release(plan_: Plan, out: Path, workers: int) -> Release:
             done = execute(plan_.candidates, run_dir, workers, quiet=True)
             finished = finished_rows(run_dir, "release") if done.done else []
         except Interrupted:
-            raise FairbenchError("advise interrupted during the release: nothing was released"
-                                 ) from None  # fmt: skip
+            raise FairbenchError(
+                "advise interrupted during the release: nothing was released"
+            ) from None
         broken = [error for _, error in done.failed if not is_infeasible(error)]
         if broken:
             why = broken[0].splitlines()[-1]
@@ -452,15 +536,15 @@ def release(plan_: Plan, out: Path, workers: int) -> Release:
             best = choose(frame, plan_.request.tau)
         chosen = None if best is None else scored[int(best.name)]
         if chosen is not None:
-            shutil.copyfile(run_dir / MODELS / f"{chosen['row']['trial_id']}.pt",
-                            folder / "model.pt")  # fmt: skip
+            shutil.copyfile(
+                run_dir / MODELS / f"{chosen['row']['trial_id']}.pt", folder / "model.pt"
+            )
     public = release_record(plan_, chosen)
     (folder / "release.json").write_text(_json(public))
     if chosen is None:
         return Release(public)
     row = chosen["row"]
-    return Release(public, row["test_error"], row["test_violation"],
-                   row["uses_sensitive_at_test"])  # fmt: skip
+    return Release(public, row["test_error"], row["test_violation"], row["uses_sensitive_at_test"])
 
 
 def release_record(plan_: Plan, chosen: dict[str, Any] | None) -> dict[str, Any]:
@@ -470,40 +554,58 @@ def release_record(plan_: Plan, chosen: dict[str, Any] | None) -> dict[str, Any]
     row = None if chosen is None else chosen["row"]
     secure = r.secure_noise and not r.seeded
     return {
-        "release": NOT_A_RELEASE if r.seeded else (
+        "release": NOT_A_RELEASE
+        if r.seeded
+        else (
             "(epsilon, delta)-DP release of fairbench advise (whole record, add/remove one "
-            "record): the model, its configuration and its noisy validation score"),
+            "record): the model, its configuration and its noisy validation score"
+        ),
         "method": None if row is None else bare(row["label"]).rsplit("#", 1)[0],
         "hparams": None if row is None else row["hparams"],
         "knob": None if row is None else row["knob"],
         "knob_name": None if row is None else row["knob_name"],
         "selected": "nothing: no candidate's noisy validation violation was within tau"
-        if row is None else "the lowest noisy validation error within tau",
+        if row is None
+        else "the lowest noisy validation error within tau",
         "noisy_validation_error": None if chosen is None else chosen["val_error"],
         "noisy_validation_violation": None if chosen is None else chosen["val_violation"],
-        "reads_sensitive_attribute_at_test": None if row is None
-        else row["uses_sensitive_at_test"],
-        "constraint": r.constraint, "tau": r.tau,
-        "data": {k: v for k, v in r.dataset.items() if k in
-                 ("label", "sensitive", "positive", "drop", "other", "missing")},
-        "epsilon": b.total_epsilon, "delta": r.delta,
+        "reads_sensitive_attribute_at_test": None if row is None else row["uses_sensitive_at_test"],
+        "constraint": r.constraint,
+        "tau": r.tau,
+        "data": {
+            k: v
+            for k, v in r.dataset.items()
+            if k in ("label", "sensitive", "positive", "drop", "other", "missing")
+        },
+        "epsilon": b.total_epsilon,
+        "delta": r.delta,
         "accounting": {
             "event": "RepeatAndSelect (Papernot and Steinke 2022): K ~ Poisson, hidden",
             "count_law": plan_.joint.count.model_dump() if plan_.joint.count else None,
             "methods": [m.label or m.name for m in plan_.methods],
             "configurations_per_method": r.support,
-            "candidate_epsilon": b.candidate_epsilon, "training_epsilon": b.training_epsilon,
-            "score_laplace_scale": b.score_scale, "accountant": ACCOUNTANT, "note": PLD_NOTE,
+            "candidate_epsilon": b.candidate_epsilon,
+            "training_epsilon": b.training_epsilon,
+            "score_laplace_scale": b.score_scale,
+            "accountant": ACCOUNTANT,
+            "note": PLD_NOTE,
             "costliest_candidate_ledger": b.ledger.to_json(),
         },
-        "noise": ("seeded float64: regenerable from the seed" if r.seeded else
-                  NOISE_SAMPLERS[True] if secure else
-                  "float64, its randomness from the operating system's entropy (never written)"),
-        "preprocessing": "private (public bounds)" if "bounds" in r.dataset else (
+        "noise": (
+            "seeded float64: regenerable from the seed"
+            if r.seeded
+            else NOISE_SAMPLERS[True]
+            if secure
+            else "float64, its randomness from the operating system's entropy (never written)"
+        ),
+        "preprocessing": "private (public bounds)"
+        if "bounds" in r.dataset
+        else (
             "not private: feature roles, scaling and category lists come from the data; the "
-            "release is (epsilon, delta)-DP given them"),
+            "release is (epsilon, delta)-DP given them"
+        ),
         "features": None if row is None else list(plan_.features),
-    }  # fmt: skip
+    }
 
 
 def _json(value: Any) -> str:
@@ -513,8 +615,14 @@ def _json(value: Any) -> str:
 def compare(plan_: Plan, out: Path, workers: int, quiet: bool) -> pd.DataFrame:
     """Per method, its own private selections over the repeats: the analysis table (method,
     test error with CI, violation, satisfied fraction, steps, wall seconds)."""
-    table, _ = run_private(plan_.comparison, out / "comparison", workers, quiet,
-                           warn=plan_.notes.append, skip_uncalibratable=True)  # fmt: skip
+    table, _ = run_private(
+        plan_.comparison,
+        out / "comparison",
+        workers,
+        quiet,
+        warn=plan_.notes.append,
+        skip_uncalibratable=True,
+    )
     steps, walls = _effort(out / "comparison")
     table = table.copy()
     table["steps_mean"] = table["method"].map(lambda m: steps.get(bare(m), math.nan))
@@ -531,21 +639,26 @@ def _effort(comparison: Path) -> tuple[dict[str, float], dict[str, float]]:
             label = bare(row["label"]).rsplit("#", 1)[0]
             steps.setdefault(label, []).append(float(row["info"].get("steps") or math.nan))
             walls[label] = walls.get(label, 0.0) + float(row["wall_seconds"])
-    means = {k: float(np.mean([x for x in v if not math.isnan(x)] or [math.nan]))
-             for k, v in steps.items()}  # fmt: skip
+    means = {
+        k: float(np.mean([x for x in v if not math.isnan(x)] or [math.nan]))
+        for k, v in steps.items()
+    }
     return means, walls
 
 
-def run_advice(plan_: Plan, out: Path, workers: int, quiet: bool,
-               say: Callable[[str], None] = print) -> tuple[Release, pd.DataFrame]:  # fmt: skip
+def run_advice(
+    plan_: Plan, out: Path, workers: int, quiet: bool, say: Callable[[str], None] = print
+) -> tuple[Release, pd.DataFrame]:
     """The release first (it is what the user keeps), then the comparison."""
     with run_lock(out):
         if not quiet:
             say("release: training its candidates (how many, and which, stays hidden)")
         record = release(plan_, out, workers)
         if not quiet:
-            say(f"comparison: calibrating {len(plan_.methods)} methods' private selections, "
-                "then training their candidates")  # fmt: skip
+            say(
+                f"comparison: calibrating {len(plan_.methods)} methods' private selections, "
+                "then training their candidates"
+            )
         table = compare(plan_, out, workers, quiet)
     return record, table
 
@@ -593,11 +706,14 @@ def looking_cost(plan_: Plan, out: Path) -> dict[str, float]:
     path = out / "comparison" / "private" / "selections.json"
     for record in json.loads(path.read_text()) if path.is_file() else []:
         score = dp_event.LaplaceDpEvent(record["score_laplace_scale"])
-        events = [dp_event.ComposedDpEvent([PrivacyLedger.from_json(p).event, score])
-                  for p in record["candidate_plans"]]  # fmt: skip
+        events = [
+            dp_event.ComposedDpEvent([PrivacyLedger.from_json(p).event, score])
+            for p in record["candidate_plans"]
+        ]
         if events and record["left_out"] is None:
             comparison = comparison + len(record["repeats"]) * selection_curve(
-                events, plan_.comparison.count)  # fmt: skip
+                events, plan_.comparison.count
+            )
     delta = plan_.request.delta
     return {
         "total": rdp.epsilon(release + counts + comparison, delta),

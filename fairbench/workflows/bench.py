@@ -128,26 +128,42 @@ def write_step_table(result: dict[str, Any], folder: Path) -> None:
     """The RaCO-DP Table 2 analogue: step_time.json (everything measured), .csv and .md."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "step_time.json").write_text(json.dumps(result, indent=2) + "\n")
-    rows = [{"method": name, "ms_per_step": seconds * 1e3,
-             "ratio_to_dp_sgd": result["ratio_to_dp_sgd"][name],
-             "ratio_to_published": result["ratio_to_published"].get(name)}
-            for name, seconds in result["step_seconds"].items()]  # fmt: skip
+    rows = [
+        {
+            "method": name,
+            "ms_per_step": seconds * 1e3,
+            "ratio_to_dp_sgd": result["ratio_to_dp_sgd"][name],
+            "ratio_to_published": result["ratio_to_published"].get(name),
+        }
+        for name, seconds in result["step_seconds"].items()
+    ]
     pd.DataFrame(rows).to_csv(folder / "step_time.csv", index=False)
-    lines = [f"# Per-step time ({result['dataset']}, {result['n_train']} training rows, batch "
-             f"{result['batch_size']}, {result['device']}, {result['torch_threads']} threads)",
-             "", f"Median over {result['rounds']} interleaved rounds of "
-             f"{result['steps_per_round']} steps, one process. Published: the RaCO-DP paper's "
-             "Table 2 time for the method's public code.", "",
-             "| method | ms / step | ratio to dp-sgd | ratio to published code |",
-             "|---|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"# Per-step time ({result['dataset']}, {result['n_train']} training rows, batch "
+        f"{result['batch_size']}, {result['device']}, {result['torch_threads']} threads)",
+        "",
+        f"Median over {result['rounds']} interleaved rounds of "
+        f"{result['steps_per_round']} steps, one process. Published: the RaCO-DP paper's "
+        "Table 2 time for the method's public code.",
+        "",
+        "| method | ms / step | ratio to dp-sgd | ratio to published code |",
+        "|---|---:|---:|---:|",
+    ]
     for row in rows:
         published = row["ratio_to_published"]
-        lines.append(f"| {row['method']} | {row['ms_per_step']:.3f} | "
-                     f"{row['ratio_to_dp_sgd']:.2f} | "
-                     f"{'' if published is None else f'{published:.4f}'} |")  # fmt: skip
+        lines.append(
+            f"| {row['method']} | {row['ms_per_step']:.3f} | "
+            f"{row['ratio_to_dp_sgd']:.2f} | "
+            f"{'' if published is None else f'{published:.4f}'} |"
+        )
     if "fit_seconds" in result:
-        lines += ["", "Whole trial (one `fit` at the method's defaults, ε = 1, calibration "
-                  "included):", "", "| method | seconds |", "|---|---:|"]  # fmt: skip
+        lines += [
+            "",
+            "Whole trial (one `fit` at the method's defaults, ε = 1, calibration included):",
+            "",
+            "| method | seconds |",
+            "|---|---:|",
+        ]
         lines += [f"| {name} | {s:.1f} |" for name, s in result["fit_seconds"].items()]
     (folder / "step_time.md").write_text("\n".join(lines) + "\n")
 
@@ -238,20 +254,34 @@ def figure_time(
     core_total = workers * wall + (report or 0.0)
     core["other"] = core_total - sum(core.values())
     return {
-        "figure": config.name, "trials": len(rows), "failed": len(summary.failed),
-        "workers": workers, "wall_seconds": wall,
+        "figure": config.name,
+        "trials": len(rows),
+        "failed": len(summary.failed),
+        "workers": workers,
+        "wall_seconds": wall,
         "trials_per_second": len(rows) / wall,
-        "dp_sgd_step_seconds": {"before": before["seconds"], "after": after["seconds"],
-                                "mean": step, "dataset": before["dataset"],
-                                "batch_size": batch_size, "rounds": step_rounds,
-                                "torch_threads": 1},
+        "dp_sgd_step_seconds": {
+            "before": before["seconds"],
+            "after": after["seconds"],
+            "mean": step,
+            "dataset": before["dataset"],
+            "batch_size": batch_size,
+            "rounds": step_rounds,
+            "torch_threads": 1,
+        },
         "wall_in_dp_sgd_steps": wall / step,
-        "trial_phases": {"total": trial_total,
-                         **{p: {"seconds": s, "share": s / trial_total if trial_total else 0.0}
-                            for p, s in phases.items()}},
+        "trial_phases": {
+            "total": trial_total,
+            **{
+                p: {"seconds": s, "share": s / trial_total if trial_total else 0.0}
+                for p, s in phases.items()
+            },
+        },
         "import_seconds": imports,
         "report_seconds": report,
-        "core_seconds": {"total": core_total,
-                         **{p: {"seconds": s, "share": s / core_total} for p, s in core.items()}},
+        "core_seconds": {
+            "total": core_total,
+            **{p: {"seconds": s, "share": s / core_total} for p, s in core.items()},
+        },
         "methods": methods,
-    }  # fmt: skip
+    }

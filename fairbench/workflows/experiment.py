@@ -42,8 +42,10 @@ def experiment_config(config: ConfigLike, overrides: list[str] | None = None) ->
     elif isinstance(config, Mapping):
         data, source = dict(config), "config mapping"
     else:
-        raise ConfigError(f"config: expected a YAML path, a bundled config name, a dict or an "
-                          f"ExperimentConfig, got {type(config).__name__}")  # fmt: skip
+        raise ConfigError(
+            f"config: expected a YAML path, a bundled config name, a dict or an "
+            f"ExperimentConfig, got {type(config).__name__}"
+        )
     if overrides:
         data = apply_overrides(data, list(overrides))
         source = f"{source} with overrides {' '.join(overrides)}"

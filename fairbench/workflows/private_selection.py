@@ -106,8 +106,15 @@ CHARGED = "tuning charged: private selection (RDP accountant)"
 NOT_CHARGED = "tuning not charged"
 INFEASIBLE = "infeasible"  # a candidate whose draw no calibration meets at its epsilon
 BISECTED = 3  # plans the budget's bisection runs on at first (then 3 more while it falls short)
-CANDIDATE_COLUMNS = ["label", "hparams", "knob", "val_error", "val_violation", "test_error",
-                     "test_violation"]  # fmt: skip
+CANDIDATE_COLUMNS = [
+    "label",
+    "hparams",
+    "knob",
+    "val_error",
+    "val_violation",
+    "test_error",
+    "test_violation",
+]
 ANALYSIS = (
     "analysis of the selection, not part of the DP release: K per repeat, every candidate's "
     "noisy score, test numbers and seeds are kept to study the procedure; a DP release "
@@ -130,8 +137,7 @@ class MethodBudget:
 
     def candidate_events(self) -> list[dp_event.DpEvent]:
         """Each distinct candidate's mechanism, training plus score."""
-        return [_candidate_event(PrivacyLedger.from_json(p), self.score_scale)
-                for p in self.plans]  # fmt: skip
+        return [_candidate_event(PrivacyLedger.from_json(p), self.score_scale) for p in self.plans]
 
     def plan_for(self, label: str) -> PrivacyLedger | None:
         """The training plan candidate `label` (`method#i`) was accounted with; None for a
@@ -177,8 +183,10 @@ def draw_counts(config: TuneConfig) -> dict[str, list[int]]:
     out = {}
     for index, entry in enumerate(config.methods):
         label = entry.label or entry.name
-        streams = [numpy_stream(config.seed, f"selection count/{index}/{repeat}")
-                   for repeat in config.final_seeds]  # fmt: skip
+        streams = [
+            numpy_stream(config.seed, f"selection count/{index}/{repeat}")
+            for repeat in config.final_seeds
+        ]
         out[label] = [config.count.sample(rng) for rng in streams]
     return out
 
@@ -241,8 +249,12 @@ def candidate_templates(config: TuneConfig, draws: dict[str, list[dict]]) -> dic
     one_seed = config.model_copy(update={"search_seeds": [first]})
     specs = expand(search_config(one_seed, draws), lambda _: None)
     split = {SPLIT_SEED: config.split_seed(first)}
-    return {(s.dataset, float(s.epsilon), bare(s.label)):
-            replace(s, dataset_options={**s.dataset_options, **split}) for s in specs}  # fmt: skip
+    return {
+        (s.dataset, float(s.epsilon), bare(s.label)): replace(
+            s, dataset_options={**s.dataset_options, **split}
+        )
+        for s in specs
+    }
 
 
 def bare(label: str) -> str:
@@ -263,23 +275,29 @@ def whole_record_problem(method: Method) -> str | None:
     it trains). None when it can."""
     name = method.name
     if not method.private:
-        return (f"method {name} is not private; private selection releases (epsilon, delta)-DP "
-                "for the whole record: leave it out")  # fmt: skip
+        return (
+            f"method {name} is not private; private selection releases (epsilon, delta)-DP "
+            "for the whole record: leave it out"
+        )
     guarantee = method.guarantee()
     if not guarantee.whole_record:
         fields = type(method.hparams).model_fields
         settings = ", ".join(f"{h}: {getattr(method.hparams, h)}" for h in guarantee.because)
         fixes = " and ".join(f"{h}: {fields[h].default}" for h in guarantee.because)
-        return (f"method {name}"
-                + (f" with {settings}" if settings else "")
-                + f" is not (epsilon, delta)-DP for the whole record ({guarantee.shortfall()}); "
-                "private selection releases whole-record DP only: "
-                + (f"set {fixes}" if fixes else "use its whole-record configuration")
-                + " or leave the method out")  # fmt: skip
+        return (
+            f"method {name}"
+            + (f" with {settings}" if settings else "")
+            + f" is not (epsilon, delta)-DP for the whole record ({guarantee.shortfall()}); "
+            "private selection releases whole-record DP only: "
+            + (f"set {fixes}" if fixes else "use its whole-record configuration")
+            + " or leave the method out"
+        )
     if method.adaptive_plan:
-        return (f"method {name} plans adaptively (its plan grows with noisy outputs during "
-                "training), so its cost is not known before it trains; private selection "
-                "accounts every candidate by its plan: leave it out")  # fmt: skip
+        return (
+            f"method {name} plans adaptively (its plan grows with noisy outputs during "
+            "training), so its cost is not known before it trains; private selection "
+            "accounts every candidate by its plan: leave it out"
+        )
     return None
 
 
@@ -331,8 +349,9 @@ def calibrate(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget:
             rep = representative.get(key_of.get(s, ""))
             if rep is not None and rep not in active:
                 event = _candidate_event(p, scale)
-                own[rep] = max(own.get(rep, 0.0),
-                               selection_epsilon([event], config.count, config.delta))  # fmt: skip
+                own[rep] = max(
+                    own.get(rep, 0.0), selection_epsilon([event], config.count, config.delta)
+                )
         return set(sorted(own, key=own.__getitem__, reverse=True)[:BISECTED])
 
     active: set[TrialSpec] = set()
@@ -367,12 +386,14 @@ def calibrate(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget:
     ledger = PrivacyLedger([*plans[worst].entries])
     ledger.record(SCORE_LABEL, dp_event.LaplaceDpEvent(scale))
     plan_of = tuple((bare(s.label), keys.index(key)) for s, key, _ in planned)
-    return MethodBudget(budget, training, scale, total, ledger,
-                        tuple(p.to_json() for p in plans), plan_of)  # fmt: skip
+    return MethodBudget(
+        budget, training, scale, total, ledger, tuple(p.to_json() for p in plans), plan_of
+    )
 
 
-def _candidate_events(specs: list[TrialSpec], share: float, budget: float
-                      ) -> list[dp_event.DpEvent]:  # fmt: skip
+def _candidate_events(
+    specs: list[TrialSpec], share: float, budget: float
+) -> list[dp_event.DpEvent]:
     """The distinct candidate mechanisms of `specs` at per-candidate budget `budget`."""
     plans = {key: p for _, key, p in _plans(specs, (1 - share) * budget)}
     return [_candidate_event(p, 1 / (share * budget)) for p in plans.values()]
@@ -415,9 +436,14 @@ def _plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
     return plan
 
 
-def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
-                warn: Callable[[str], None] = print,
-                skip_uncalibratable: bool = False) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+def run_private(
+    config: TuneConfig,
+    out: Path,
+    workers: int,
+    quiet: bool,
+    warn: Callable[[str], None] = print,
+    skip_uncalibratable: bool = False,
+) -> tuple[pd.DataFrame, list[str]]:
     """Refuse any candidate that is not whole-record DP (`refuse_partial`), calibrate every
     (dataset, epsilon, method) over its support first (nothing is written when one fails;
     with `skip_uncalibratable`, such a method is left out with a warning instead,
@@ -435,8 +461,10 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
     if config.selection == "uncharged":
         solved: list[MethodBudget | str] = [MethodBudget.uncharged(eps) for _, eps, _ in keys]
     else:
-        jobs = [[templates[(dataset, eps, f"{label}#{u}")] for u in range(config.support)]
-                for dataset, eps, label in keys]  # fmt: skip
+        jobs = [
+            [templates[(dataset, eps, f"{label}#{u}")] for u in range(config.support)]
+            for dataset, eps, label in keys
+        ]
         solved = _calibrate_all(config, jobs, workers, quiet)
     budgets: dict[tuple[str, float, str], MethodBudget] = {}
     for (dataset, eps, label), budget in zip(keys, solved, strict=True):
@@ -454,8 +482,9 @@ def run_private(config: TuneConfig, out: Path, workers: int, quiet: bool,
         return _run(config, out, picks, templates, budgets, workers, quiet)
 
 
-def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]], workers: int,
-                   quiet: bool = True) -> list[MethodBudget | str]:  # fmt: skip
+def _calibrate_all(
+    config: TuneConfig, jobs: list[list[TrialSpec]], workers: int, quiet: bool = True
+) -> list[MethodBudget | str]:
     """Each job's calibration (its candidates' specs) or the reason it has none, in job
     order. The jobs are independent and deterministic, and each takes seconds to minutes (the
     methods' own noise calibration inside the bisection), so several run in spawned worker
@@ -473,8 +502,10 @@ def _calibrate_all(config: TuneConfig, jobs: list[list[TrialSpec]], workers: int
                 mp_context=multiprocessing.get_context("spawn"),
             )
             try:
-                futures = {pool.submit(_calibrate_or_reason, config, specs): index
-                           for index, specs in enumerate(jobs)}  # fmt: skip
+                futures = {
+                    pool.submit(_calibrate_or_reason, config, specs): index
+                    for index, specs in enumerate(jobs)
+                }
                 for future in as_completed(futures):
                     out[futures[future]] = future.result()
                     advance(isinstance(out[futures[future]], str))
@@ -492,10 +523,12 @@ def _calibrate_or_reason(config: TuneConfig, specs: list[TrialSpec]) -> MethodBu
         return str(exc)
 
 
-def candidate_specs(config: TuneConfig, picks: dict[str, list[list[int]]],
-                    templates: dict[tuple, TrialSpec],
-                    budgets: dict[tuple[str, float, str], MethodBudget]
-                    ) -> dict[tuple[str, float, str, int, int], TrialSpec]:  # fmt: skip
+def candidate_specs(
+    config: TuneConfig,
+    picks: dict[str, list[list[int]]],
+    templates: dict[tuple, TrialSpec],
+    budgets: dict[tuple[str, float, str], MethodBudget],
+) -> dict[tuple[str, float, str, int, int], TrialSpec]:
     """(dataset, epsilon, method label, repeat, candidate index) -> the candidate's trial: its
     support configuration at the training epsilon, its own seed, the repeat's split."""
     out = {}
@@ -506,10 +539,11 @@ def candidate_specs(config: TuneConfig, picks: dict[str, list[list[int]]],
             for i, u in enumerate(chosen):
                 spec = templates[(dataset, eps, f"{label}#{u}")]
                 out[(dataset, eps, label, repeat, i)] = replace(
-                    spec, epsilon=budget.training_epsilon,
+                    spec,
+                    epsilon=budget.training_epsilon,
                     seed=candidate_seed(config.seed, label, repeat, i),
-                    dataset_options={**spec.dataset_options,
-                                     SPLIT_SEED: config.split_seed(repeat)})  # fmt: skip
+                    dataset_options={**spec.dataset_options, SPLIT_SEED: config.split_seed(repeat)},
+                )
     return out
 
 
@@ -532,8 +566,13 @@ def _run(config, out, picks, templates, budgets, workers, quiet) -> tuple[pd.Dat
                 failures.append(f"candidate {trial}: {error.splitlines()[-1]}")
         if done.done + done.skipped > 0:
             write_report(run_dir)
-            rows.update({key_of[r["trial_id"]]: r for r in finished_rows(run_dir, "select from")
-                         if r["trial_id"] in key_of})  # fmt: skip
+            rows.update(
+                {
+                    key_of[r["trial_id"]]: r
+                    for r in finished_rows(run_dir, "select from")
+                    if r["trial_id"] in key_of
+                }
+            )
     records, summary = [], []
     for (dataset, eps, label), budget in sorted(budgets.items()):
         record = _select(config, dataset, eps, label, budget, picks[label], rows)
@@ -548,8 +587,15 @@ def _run(config, out, picks, templates, budgets, workers, quiet) -> tuple[pd.Dat
     return table, failures
 
 
-def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: MethodBudget,
-            picks: list[list[int]], rows: dict) -> dict[str, Any]:  # fmt: skip
+def _select(
+    config: TuneConfig,
+    dataset: str,
+    eps: float,
+    label: str,
+    budget: MethodBudget,
+    picks: list[list[int]],
+    rows: dict,
+) -> dict[str, Any]:
     """Score every candidate of every repeat (noise from the candidate's own seed) and
     release, per target, the best by the one rule; a repeat with a missing candidate (its
     trial failed) releases nothing."""
@@ -563,40 +609,75 @@ def _select(config: TuneConfig, dataset: str, eps: float, label: str, budget: Me
             if row is None:
                 break
             if INFEASIBLE in row:  # nothing trained, nothing released or spent: never chosen
-                candidates.append({"label": f"{label}#{u}", "hparams": None, "knob": None,
-                                   "val_error": None, "val_violation": None,
-                                   "test_error": math.nan, "test_violation": math.nan,
-                                   INFEASIBLE: row[INFEASIBLE].splitlines()[-1]})  # fmt: skip
+                candidates.append(
+                    {
+                        "label": f"{label}#{u}",
+                        "hparams": None,
+                        "knob": None,
+                        "val_error": None,
+                        "val_violation": None,
+                        "test_error": math.nan,
+                        "test_violation": math.nan,
+                        INFEASIBLE: row[INFEASIBLE].splitlines()[-1],
+                    }
+                )
                 continue
             error, violation = validation_score(row, budget, config.constraint)
-            candidates.append({
-                "label": row["label"], "trial_id": row["trial_id"],
-                "hparams": row["hparams"], "knob": row["knob"],
-                "val_error": error, "val_violation": violation, "test_error": row["test_error"],
-                "test_violation": row["test_violation"],
-                "uses_sensitive_at_test": row["uses_sensitive_at_test"],
-            })  # fmt: skip
+            candidates.append(
+                {
+                    "label": row["label"],
+                    "trial_id": row["trial_id"],
+                    "hparams": row["hparams"],
+                    "knob": row["knob"],
+                    "val_error": error,
+                    "val_violation": violation,
+                    "test_error": row["test_error"],
+                    "test_violation": row["test_violation"],
+                    "uses_sensitive_at_test": row["uses_sensitive_at_test"],
+                }
+            )
         complete = budget.left_out is None and len(candidates) == k
         releases = {}
         for target in config.targets:
-            frame = pd.DataFrame(candidates, columns=["label", "val_error", "val_violation",
-                                                      INFEASIBLE])  # fmt: skip
+            frame = pd.DataFrame(
+                candidates, columns=["label", "val_error", "val_violation", INFEASIBLE]
+            )
             frame = frame[frame[INFEASIBLE].isna()].astype({"val_error": float})
             frame["val_violation"] = frame["val_violation"].astype(float).fillna(math.inf)
             best = choose(frame, None if label in free else target) if complete else None
             releases[f"{target:g}"] = None if best is None else int(best.name)
-        repeats.append({"repeat": repeat, "count": k, "complete": complete,
-                        "candidates": candidates, "released": releases})  # fmt: skip
-    return {"dataset": dataset, "epsilon": eps, "method": label,
-            "count_law": config.count.model_dump(), "count_mean": config.count.expected,
-            "count_shape": config.count.shape, "score_share": config.score_share,
-            "candidate_epsilon": budget.candidate_epsilon,
-            "training_epsilon": budget.training_epsilon,
-            "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
-            "delta": config.delta, "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
-            "candidate_ledger": budget.ledger.to_json(), "candidate_plans": list(budget.plans),
-            "plan_of": dict(budget.plan_of), "left_out": budget.left_out,
-            "support": config.support, "note": ANALYSIS, "repeats": repeats}  # fmt: skip
+        repeats.append(
+            {
+                "repeat": repeat,
+                "count": k,
+                "complete": complete,
+                "candidates": candidates,
+                "released": releases,
+            }
+        )
+    return {
+        "dataset": dataset,
+        "epsilon": eps,
+        "method": label,
+        "count_law": config.count.model_dump(),
+        "count_mean": config.count.expected,
+        "count_shape": config.count.shape,
+        "score_share": config.score_share,
+        "candidate_epsilon": budget.candidate_epsilon,
+        "training_epsilon": budget.training_epsilon,
+        "score_laplace_scale": budget.score_scale,
+        "total_epsilon": budget.total_epsilon,
+        "delta": config.delta,
+        "accountant": ACCOUNTANT,
+        "accounting_note": budget.notes(),
+        "candidate_ledger": budget.ledger.to_json(),
+        "candidate_plans": list(budget.plans),
+        "plan_of": dict(budget.plan_of),
+        "left_out": budget.left_out,
+        "support": config.support,
+        "note": ANALYSIS,
+        "repeats": repeats,
+    }
 
 
 def validation_score(row: dict, budget: MethodBudget, constraint: str) -> tuple[float, float]:
@@ -624,8 +705,9 @@ def _check_ledger(row: dict, budget: MethodBudget) -> None:
         )
     planned = budget.plan_for(label)
     recorded = rdp.rdp_curve(PrivacyLedger.from_json(row["ledger"]).event)
-    if planned is None or not np.allclose(recorded, rdp.rdp_curve(planned.event),
-                                          rtol=1e-9, atol=0.0):  # fmt: skip
+    if planned is None or not np.allclose(
+        recorded, rdp.rdp_curve(planned.event), rtol=1e-9, atol=0.0
+    ):
         raise PrivacyContractError(
             f"candidate {label} (seed {row['seed']}) recorded a training ledger other than "
             "the plan its selection was accounted with"
@@ -638,39 +720,55 @@ def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> lis
     budget."""
     out = []
     for target in config.targets:
-        released = [r["candidates"][r["released"][f"{target:g}"]] for r in record["repeats"]
-                    if r["released"][f"{target:g}"] is not None]  # fmt: skip
+        released = [
+            r["candidates"][r["released"][f"{target:g}"]]
+            for r in record["repeats"]
+            if r["released"][f"{target:g}"] is not None
+        ]
         frame = pd.DataFrame(released, columns=CANDIDATE_COLUMNS)
         top = Counter(frame["label"]).most_common(1)
         chosen = frame[frame["label"] == top[0][0]].iloc[0] if top else None
         counts = [r["count"] for r in record["repeats"]]
-        marked = any(c.get("uses_sensitive_at_test") for r in record["repeats"]
-                     for c in r["candidates"])  # fmt: skip
-        out.append({
-            "dataset": record["dataset"], "constraint": config.constraint,
-            "epsilon": record["epsilon"], "target": target,
-            "method": record["method"] + (SENSITIVE_MARK if marked else ""),
-            "candidates": float(np.mean(counts)), "feasible": len(frame), "infeasible": 0,
-            "selected": None if chosen is None else chosen["label"],
-            "hparams": None if chosen is None else chosen["hparams"],
-            "knob": None if chosen is None else chosen["knob"],
-            "val_error": frame["val_error"].mean(), "val_violation": frame["val_violation"].mean(),
-            "final_seeds": len(frame),
-            "test_error": frame["test_error"].mean(), "test_error_ci95": ci95(frame["test_error"]),
-            "test_violation": frame["test_violation"].mean(),
-            "test_violation_ci95": ci95(frame["test_violation"]),
-            "satisfied_fraction": float((frame["test_violation"] <= target).mean())
-            if len(frame) else math.nan,
-            "tuning_epsilon": budget.total_epsilon,
-            "selection": config.selection,
-            "tuning": CHARGED if budget.charged else NOT_CHARGED,
-            "count_law": record["count_law"],
-            "candidates_drawn": counts, "candidate_epsilon": budget.candidate_epsilon,
-            "training_epsilon": budget.training_epsilon,
-            "score_laplace_scale": budget.score_scale, "total_epsilon": budget.total_epsilon,
-            "accountant": ACCOUNTANT, "accounting_note": budget.notes(),
-            "left_out": budget.left_out,
-        })  # fmt: skip
+        marked = any(
+            c.get("uses_sensitive_at_test") for r in record["repeats"] for c in r["candidates"]
+        )
+        out.append(
+            {
+                "dataset": record["dataset"],
+                "constraint": config.constraint,
+                "epsilon": record["epsilon"],
+                "target": target,
+                "method": record["method"] + (SENSITIVE_MARK if marked else ""),
+                "candidates": float(np.mean(counts)),
+                "feasible": len(frame),
+                "infeasible": 0,
+                "selected": None if chosen is None else chosen["label"],
+                "hparams": None if chosen is None else chosen["hparams"],
+                "knob": None if chosen is None else chosen["knob"],
+                "val_error": frame["val_error"].mean(),
+                "val_violation": frame["val_violation"].mean(),
+                "final_seeds": len(frame),
+                "test_error": frame["test_error"].mean(),
+                "test_error_ci95": ci95(frame["test_error"]),
+                "test_violation": frame["test_violation"].mean(),
+                "test_violation_ci95": ci95(frame["test_violation"]),
+                "satisfied_fraction": float((frame["test_violation"] <= target).mean())
+                if len(frame)
+                else math.nan,
+                "tuning_epsilon": budget.total_epsilon,
+                "selection": config.selection,
+                "tuning": CHARGED if budget.charged else NOT_CHARGED,
+                "count_law": record["count_law"],
+                "candidates_drawn": counts,
+                "candidate_epsilon": budget.candidate_epsilon,
+                "training_epsilon": budget.training_epsilon,
+                "score_laplace_scale": budget.score_scale,
+                "total_epsilon": budget.total_epsilon,
+                "accountant": ACCOUNTANT,
+                "accounting_note": budget.notes(),
+                "left_out": budget.left_out,
+            }
+        )
     return out
 
 
@@ -714,27 +812,41 @@ def private_markdown(table: pd.DataFrame, config: TuneConfig) -> str:
         ]
     lines = [*intro, "", f"Note: this file is an {ANALYSIS}."]
     for (dataset, eps, target), group in table.groupby(["dataset", "epsilon", "target"]):
-        lines += ["", f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}", "",
-                  "| method | K drawn | released / repeats | most released | noisy val error | "
-                  "test error | test violation | candidate ε | training ε | score scale | "
-                  "total ε (RDP) |",
-                  "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            "",
+            f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}",
+            "",
+            "| method | K drawn | released / repeats | most released | noisy val error | "
+            "test error | test violation | candidate ε | training ε | score scale | "
+            "total ε (RDP) |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in group.itertuples(index=False):
             if isinstance(r.left_out, str):
-                lines.append(f"| {r.method} | {' '.join(str(k) for k in r.candidates_drawn)} | "
-                             f"0 / {len(r.candidates_drawn)} | left out: {r.left_out} |"
-                             + " |" * 7)  # fmt: skip
+                lines.append(
+                    f"| {r.method} | {' '.join(str(k) for k in r.candidates_drawn)} | "
+                    f"0 / {len(r.candidates_drawn)} | left out: {r.left_out} |" + " |" * 7
+                )
                 continue
-            test = ("" if pd.isna(r.test_error) else
-                    f"{r.test_error:.4f} ± {r.test_error_ci95:.4f}")  # fmt: skip
-            violation = ("" if pd.isna(r.test_violation) else
-                         f"{r.test_violation:.4f} ± {r.test_violation_ci95:.4f}")  # fmt: skip
-            cells = [r.method, " ".join(str(k) for k in r.candidates_drawn),
-                     f"{r.feasible} / {len(r.candidates_drawn)}",
-                     r.selected if isinstance(r.selected, str) else "none",
-                     "" if pd.isna(r.val_error) else f"{r.val_error:.4f}", test, violation,
-                     f"{r.candidate_epsilon:.4g}", f"{r.training_epsilon:.4g}",
-                     f"{r.score_laplace_scale:.4g}", _total(r.total_epsilon)]  # fmt: skip
+            test = "" if pd.isna(r.test_error) else f"{r.test_error:.4f} ± {r.test_error_ci95:.4f}"
+            violation = (
+                ""
+                if pd.isna(r.test_violation)
+                else f"{r.test_violation:.4f} ± {r.test_violation_ci95:.4f}"
+            )
+            cells = [
+                r.method,
+                " ".join(str(k) for k in r.candidates_drawn),
+                f"{r.feasible} / {len(r.candidates_drawn)}",
+                r.selected if isinstance(r.selected, str) else "none",
+                "" if pd.isna(r.val_error) else f"{r.val_error:.4f}",
+                test,
+                violation,
+                f"{r.candidate_epsilon:.4g}",
+                f"{r.training_epsilon:.4g}",
+                f"{r.score_laplace_scale:.4g}",
+                _total(r.total_epsilon),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     notes = sorted({n.removeprefix(PLD_NOTE).removeprefix("; ") for n in table["accounting_note"]})
     lines += [f"\nNote: {n}." for n in notes if n]

@@ -95,7 +95,7 @@ class MethodSpace(_Strict):
             if isinstance(dist, list) and dist:
                 continue
             if isinstance(dist, dict) and len(dist) == 1:
-                (kind, bounds), = dist.items()  # fmt: skip
+                ((kind, bounds),) = dist.items()
                 if kind in ("log", "uniform") and _interval(bounds, kind == "log"):
                     continue
             raise ValueError(
@@ -197,8 +197,10 @@ def load_tune_config(name_or_path: str) -> TuneConfig:
             section = {"methods": MethodSpace, "datasets": DatasetEntry}.get(
                 str(err["loc"][0]) if len(err["loc"]) > 1 else "", TuneConfig
             )
-            raise ConfigError(f"{path}: unknown key {where!r}; valid keys there: "
-                              f"{', '.join(section.model_fields)}") from None  # fmt: skip
+            raise ConfigError(
+                f"{path}: unknown key {where!r}; valid keys there: "
+                f"{', '.join(section.model_fields)}"
+            ) from None
         raise ConfigError(f"{path}: field {where!r}: {err['msg']}") from None
     for entry in config.methods:
         if KNOB in entry.space:
@@ -215,8 +217,9 @@ def _check_knob_space(path: Path, entry: MethodSpace) -> None:
     dist = entry.space[KNOB]
     for value in dist if isinstance(dist, list) else next(iter(dist.values())):
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path}: method {entry.name}: space.knob holds numbers, "
-                              f"got {value!r}")  # fmt: skip
+            raise ConfigError(
+                f"{path}: method {entry.name}: space.knob holds numbers, got {value!r}"
+            )
         try:
             knob.validate(value, method=entry.name)
         except ConfigError as exc:
@@ -243,7 +246,7 @@ def _draw(dist: Any, rng: np.random.Generator) -> Any:
     if isinstance(dist, list):
         value = dist[int(rng.integers(len(dist)))]
         return value.item() if isinstance(value, np.generic) else value
-    (kind, (lo, hi)), = dist.items()  # fmt: skip
+    ((kind, (lo, hi)),) = dist.items()
     if kind == "log":
         value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
     else:
@@ -263,8 +266,9 @@ def search_config(
         for i, drawn in enumerate(draws[label]):
             hparams = {**entry.hparams, **{k: v for k, v in drawn.items() if k != KNOB}}
             knobs = [drawn[KNOB]] if KNOB in drawn else None
-            methods.append({"name": entry.name, "label": f"{label}#{i}", "hparams": hparams,
-                            "knobs": knobs})  # fmt: skip
+            methods.append(
+                {"name": entry.name, "label": f"{label}#{i}", "hparams": hparams, "knobs": knobs}
+            )
     return parse_config(
         {
             "name": f"{config.name}-search",
@@ -305,10 +309,15 @@ def select(
     trials["method_label"] = trials["label"].str.rsplit("#", n=1).str[0]
     means = (
         trials.groupby(["dataset", "epsilon", "method_label", "label"])
-        .agg(val_error=("val_error", "mean"), val_violation=("val_violation", "mean"),
-             seeds=("seed", "nunique"), hparams=("hparams", "first"), knob=("knob", "first"))
+        .agg(
+            val_error=("val_error", "mean"),
+            val_violation=("val_violation", "mean"),
+            seeds=("seed", "nunique"),
+            hparams=("hparams", "first"),
+            knob=("knob", "first"),
+        )
         .reset_index()
-    )  # fmt: skip
+    )
     groups = {key: group for key, group in means.groupby(["dataset", "epsilon", "method_label"])}
     for key in infeasible:
         groups.setdefault(key, means.iloc[0:0])
@@ -317,16 +326,30 @@ def select(
         group = groups[(dataset, eps, label)]
         best = choose(group, None if label in free else target)
         feasible = len(group) if label in free else int((group["val_violation"] <= target).sum())
-        row = {"dataset": dataset, "constraint": config.constraint, "epsilon": eps,
-               "target": target, "method": label, "candidates": len(group),
-               "feasible": feasible, "infeasible": infeasible.get((dataset, eps, label), 0),
-               "selected": None, "hparams": None, "knob": None,
-               "val_error": math.nan, "val_violation": math.nan}  # fmt: skip
+        row = {
+            "dataset": dataset,
+            "constraint": config.constraint,
+            "epsilon": eps,
+            "target": target,
+            "method": label,
+            "candidates": len(group),
+            "feasible": feasible,
+            "infeasible": infeasible.get((dataset, eps, label), 0),
+            "selected": None,
+            "hparams": None,
+            "knob": None,
+            "val_error": math.nan,
+            "val_violation": math.nan,
+        }
         if best is not None:
             knob = None if pd.isna(best["knob"]) else float(best["knob"])
-            row.update(selected=best["label"], hparams=best["hparams"], knob=knob,
-                       val_error=float(best["val_error"]),
-                       val_violation=float(best["val_violation"]))  # fmt: skip
+            row.update(
+                selected=best["label"],
+                hparams=best["hparams"],
+                knob=knob,
+                val_error=float(best["val_error"]),
+                val_violation=float(best["val_violation"]),
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -366,15 +389,26 @@ def final_configs(config: TuneConfig, selection: pd.DataFrame) -> dict[str, dict
             if row.selected in seen:
                 continue
             seen.add(row.selected)
-            methods.append({"name": names[row.method], "label": row.selected.replace("#", "-"),
-                            "hparams": row.hparams,
-                            "knobs": None if pd.isna(row.knob) else [float(row.knob)]})  # fmt: skip
+            methods.append(
+                {
+                    "name": names[row.method],
+                    "label": row.selected.replace("#", "-"),
+                    "hparams": row.hparams,
+                    "knobs": None if pd.isna(row.knob) else [float(row.knob)],
+                }
+            )
         private = math.isfinite(eps)
         stem = f"{dataset}-eps{eps:g}" if private else f"{dataset}-nonprivate"
-        out[stem] = {"name": f"{config.name}-{stem}", "datasets": [datasets[dataset]],
-                     "constraint": config.constraint, "epsilons": [float(eps)] if private else [],
-                     "delta": config.delta, "seeds": config.final_seeds,
-                     "methods": methods, "tuned_by": config.name}  # fmt: skip
+        out[stem] = {
+            "name": f"{config.name}-{stem}",
+            "datasets": [datasets[dataset]],
+            "constraint": config.constraint,
+            "epsilons": [float(eps)] if private else [],
+            "delta": config.delta,
+            "seeds": config.final_seeds,
+            "methods": methods,
+            "tuned_by": config.name,
+        }
     return out
 
 
@@ -385,8 +419,14 @@ def summarise(
     (mean ± 95% CI over the fresh seeds) and, with `charge`, the tuning epsilon bound."""
     final = trials_frame(final_rows) if final_rows else pd.DataFrame()
     out = selection.copy()
-    for column in ("final_seeds", "test_error", "test_error_ci95", "test_violation",
-                   "test_violation_ci95", "tuning_epsilon"):  # fmt: skip
+    for column in (
+        "final_seeds",
+        "test_error",
+        "test_error_ci95",
+        "test_violation",
+        "test_violation_ci95",
+        "tuning_epsilon",
+    ):
         out[column] = math.nan
     out["selection"] = "free"
     out["tuning"] = CHARGED_BY_COMPOSITION if charge else NOT_CHARGED
@@ -394,8 +434,15 @@ def summarise(
         if pd.isna(row["selected"]):
             continue
         label = row["selected"].replace("#", "-")
-        trials = final[(final["label"] == label) & (final["dataset"] == row["dataset"])
-                       & (final["epsilon"] == row["epsilon"])] if len(final) else final  # fmt: skip
+        trials = (
+            final[
+                (final["label"] == label)
+                & (final["dataset"] == row["dataset"])
+                & (final["epsilon"] == row["epsilon"])
+            ]
+            if len(final)
+            else final
+        )
         if len(trials):
             out.loc[i, "final_seeds"] = trials["seed"].nunique()
             out.loc[i, "test_error"] = trials["test_error"].mean()
@@ -409,16 +456,18 @@ def summarise(
     return out
 
 
-def tuning_epsilon(search_rows: list[dict], dataset: str, eps: float, method: str,
-                   final_row: pd.Series) -> float:  # fmt: skip
+def tuning_epsilon(
+    search_rows: list[dict], dataset: str, eps: float, method: str, final_row: pd.Series
+) -> float:
     """The stated bound: the PLD composition of every search fit of `method` at `eps` on
     `dataset` and one final fit (validation treated as public; see the module docstring)."""
     ledgers = [
         PrivacyLedger.from_json(r["ledger"])
         for r in search_rows
-        if r["dataset"] == dataset and r["epsilon"] == eps
+        if r["dataset"] == dataset
+        and r["epsilon"] == eps
         and r["label"].rsplit("#", 1)[0] == method
-    ]  # fmt: skip
+    ]
     ledgers.append(PrivacyLedger.from_json(final_row["ledger"]))
     composed = dp_event.ComposedDpEvent([ledger.event for ledger in ledgers])
     return epsilon(composed, float(final_row["delta"]))
@@ -444,34 +493,48 @@ def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> 
         ),
     ]
     for (dataset, eps, target), group in summary.groupby(["dataset", "epsilon", "target"]):
-        columns = ["method", "feasible / candidates", "selected", "knob", "val error",
-                   "val violation", "test error", "test violation"]  # fmt: skip
+        columns = [
+            "method",
+            "feasible / candidates",
+            "selected",
+            "knob",
+            "val error",
+            "val violation",
+            "test error",
+            "test violation",
+        ]
         header = "| " + " | ".join(columns + (["tuning ε"] if charge else [])) + " |"
         rule = "|---|---:|---|---:|---:|---:|---:|---:|" + ("---:|" if charge else "")
-        title = (f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}"
-                 + ("" if charge else f" · {NOT_CHARGED}"))  # fmt: skip
+        title = f"## {dataset} · {config.constraint} · ε = {eps:g} · target {target:g}" + (
+            "" if charge else f" · {NOT_CHARGED}"
+        )
         lines += ["", title, "", header, rule]
         for r in group.itertuples(index=False):
             counts = f"{r.feasible} / {r.candidates}"
             if getattr(r, "infeasible", 0):
                 counts += f" (+{r.infeasible} infeasible at this ε)"
             if pd.isna(r.selected):
-                cells = [r.method, counts, "cannot reach the target",
-                         "", "", "", "", ""]  # fmt: skip
+                cells = [r.method, counts, "cannot reach the target", "", "", "", "", ""]
             else:
-                cells = [r.method, counts, r.selected,
-                         "" if pd.isna(r.knob) else f"{r.knob:g}", f"{r.val_error:.4f}",
-                         f"{r.val_violation:.4f}",
-                         f"{r.test_error:.4f} ± {r.test_error_ci95:.4f}",
-                         f"{r.test_violation:.4f} ± {r.test_violation_ci95:.4f}"]  # fmt: skip
+                cells = [
+                    r.method,
+                    counts,
+                    r.selected,
+                    "" if pd.isna(r.knob) else f"{r.knob:g}",
+                    f"{r.val_error:.4f}",
+                    f"{r.val_violation:.4f}",
+                    f"{r.test_error:.4f} ± {r.test_error_ci95:.4f}",
+                    f"{r.test_violation:.4f} ± {r.test_violation_ci95:.4f}",
+                ]
             if charge:
                 cells.append("" if math.isnan(r.tuning_epsilon) else f"{r.tuning_epsilon:.3f}")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(out: Path, summary: pd.DataFrame, finals: dict[str, dict], config: TuneConfig,
-                  charge: bool) -> None:  # fmt: skip
+def write_outputs(
+    out: Path, summary: pd.DataFrame, finals: dict[str, dict], config: TuneConfig, charge: bool
+) -> None:
     """selected/<stem>.yaml (run configs), tuning.json and tuning.md."""
     (out / "selected").mkdir(parents=True, exist_ok=True)
     for stem, data in finals.items():
@@ -481,8 +544,14 @@ def write_outputs(out: Path, summary: pd.DataFrame, finals: dict[str, dict], con
     (out / "tuning.md").write_text(tuning_markdown(summary, config, charge))
 
 
-def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: bool,
-             warn: Callable[[str], None] = print) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+def run_tune(
+    config: TuneConfig,
+    out: Path,
+    workers: int,
+    quiet: bool,
+    charge: bool,
+    warn: Callable[[str], None] = print,
+) -> tuple[pd.DataFrame, list[str]]:
     """Search, select, re-run on fresh seeds, write everything under `out`. Returns the
     summary and the failed trials' messages (search and final); search draws that failed
     calibration are not failures (the summary's `infeasible` counts them)."""
@@ -492,14 +561,24 @@ def run_tune(config: TuneConfig, out: Path, workers: int, quiet: bool, charge: b
         return _tune(config, out, specs, workers, quiet, charge, warn)
 
 
-def _tune(config: TuneConfig, out: Path, specs: list[TrialSpec], workers: int, quiet: bool,
-          charge: bool, warn: Callable[[str], None]) -> tuple[pd.DataFrame, list[str]]:  # fmt: skip
+def _tune(
+    config: TuneConfig,
+    out: Path,
+    specs: list[TrialSpec],
+    workers: int,
+    quiet: bool,
+    charge: bool,
+    warn: Callable[[str], None],
+) -> tuple[pd.DataFrame, list[str]]:
     failures = []
     search_dir = out / "search"
     write_tune_config(out, config)
     summary = execute(specs, search_dir, workers, quiet)
-    failures += [f"search {trial}: {error.splitlines()[-1]}" for trial, error in summary.failed
-                 if not is_infeasible(error)]  # fmt: skip
+    failures += [
+        f"search {trial}: {error.splitlines()[-1]}"
+        for trial, error in summary.failed
+        if not is_infeasible(error)
+    ]
     write_report(search_dir)  # every candidate's numbers, for the record
     rows = finished_rows(search_dir, "select from")
     selection = select(config, rows, infeasible_draws(specs, summary.failed))
