@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from fairbench.cli import advise, checks, data, describe, privacy, runs, tuning
+from fairbench.cli import advise, checks, data, describe, privacy, runs, tuning, verify
 from fairbench.cli.common import BareFlagsGroup, err_console
 from fairbench.errors import FairbenchError, Interrupted
 
@@ -71,6 +71,7 @@ app.command("list")(data.list_)
 app.command()(describe.describe)
 app.command()(checks.bench)
 app.command()(checks.audit)
+app.command()(verify.verify)
 
 
 def main() -> None:
