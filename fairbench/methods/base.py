@@ -11,18 +11,19 @@ plan the method submitted.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from torch import nn
 
 from fairbench.errors import ConfigError
 from fairbench.methods.knob import Knob
+from fairbench.methods.plan import Budget, DataShape, Plan
 from fairbench.models import ModelKind
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.session import (
@@ -59,6 +60,27 @@ class TrainingHparams(Hparams):
     )
 
 
+class CalibratedHparams(TrainingHparams):
+    """A DP-SGD-style method's one free quantity: the noise, for the steps `epochs` gives
+    (`calibrate: noise`), or the steps, for a fixed `noise_multiplier` (`calibrate: steps`)."""
+
+    calibrate: Literal["noise", "steps"] = Field(
+        "noise",
+        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
+    )
+    noise_multiplier: float | None = Field(
+        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
+    )
+
+    @model_validator(mode="after")
+    def _one_free_quantity(self):
+        if self.calibrate == "steps" and self.noise_multiplier is None:
+            raise ValueError("calibrate: steps needs noise_multiplier")
+        if self.calibrate == "noise" and self.noise_multiplier is not None:
+            raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
+        return self
+
+
 @dataclass(frozen=True)
 class FairnessSpec:
     """Which constraint a trial is evaluated (and, for fair methods, trained) against, and the
@@ -67,23 +89,6 @@ class FairnessSpec:
     constraint: str
     knob: float | None = None
     definition: dict[str, Any] | None = None  # a user-declared rate-constraint set, if any
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What training actually ran, in one shape for every method, so that reports can put
-    methods' effort side by side (a method that ran 7 steps beside one that ran 146).
-
-    `noise` maps each release kind to its noise scale in units of its sensitivity (Gaussian
-    noise multiplier, Laplace scale, zCDP rho); `calibrated` names the quantity the accountant
-    solved for the target epsilon (None when nothing was calibrated), and `at_bound` says the
-    solve stopped at a search limit rather than at the target."""
-
-    steps: int  # optimisation steps (parameter updates) in total
-    sampling_rate: float | None = None  # expected share of the data per step; None: full batch
-    noise: dict[str, float] = field(default_factory=dict)
-    calibrated: str | None = None
-    at_bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,17 @@ class Fitted:
 
 
 class Method(ABC):
-    """A method plugin. Subclasses set the class attributes and implement `train` and `stepper`."""
+    """A method plugin: class attributes that describe it, and two declarations.
+
+    `plan(shape, target, fairness, seed)`: what a trial will run, from public inputs alone
+    (`fairbench.methods.plan.Plan`): the events it releases, the loop's schedule, the budget
+    and the public quantities it reports. `program(trials, plan)`: the step over a stack of
+    trials that share the plan (models, the update drawn through each trial's session, what
+    each trial reports afterwards). The engine (`fairbench.methods.engine.fit_trials`) owns
+    the trial: it validates the knob and constraint from the class attributes, submits the
+    plan to every session under the declared guarantee, runs the loop, builds the `Fitted`
+    results and checks every ledger against its plan. A method whose plan grows with noisy
+    outputs (DPSE) sets `adaptive_plan` and runs its own loop (`TrainingProgram.run`)."""
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -225,7 +240,7 @@ class Method(ABC):
     # `fairbench describe` shows it; "" only for a third-party plugin that declares none
     paper: ClassVar[str] = ""
     # the named constraints a trial of this method may use (fairbench.metrics.VIOLATIONS
-    # names); the plugin refuses any other before training. None: not declared
+    # names); the engine refuses any other before training. None: not declared
     constraints: ClassVar[tuple[str, ...] | None] = None
     # True: it also takes a user-declared rate-constraint set (a config's `constraint:
     # {name, partition, constraints}`)
@@ -246,18 +261,65 @@ class Method(ABC):
                 f"(valid: {', '.join(self.Hparams.model_fields)})"
             ) from None
 
+    # -- what a plugin declares ----------------------------------------------------------------
     def guarantee(self) -> Guarantee:
         """What this configuration's epsilon is a statement about, from its hyper-parameters
         alone (private selection refuses a partial one before anything runs): its
         `privacy_notion` hyper-parameter where it has one, else the full notion. A method that
-        reads statistics of the data exactly overrides it; `fit` checks that training
-        submitted its plan under this guarantee."""
+        reads statistics of the data exactly overrides it; the engine submits every plan
+        under it."""
         if not self.private:
             return Guarantee(PrivacyNotion.NONE)
         notion = PrivacyNotion(getattr(self.hparams, "privacy_notion", PrivacyNotion.FULL))
         partial = () if notion is PrivacyNotion.FULL else ("privacy_notion",)
         return Guarantee(notion, because=partial)
 
+    def plan(
+        self,
+        shape: DataShape,
+        target: PrivacyBudget | None,
+        fairness: FairnessSpec,
+        seed: int = 0,
+    ) -> Plan:
+        """What a trial on data of `shape` will run to meet `target` (None: non-private):
+        public inputs only, no data read, nothing trained. `seed` is the trial's, for a plan
+        that depends on its own public randomness (a randomly drawn iterate). A plan that
+        cannot meet the target raises `CalibrationError`."""
+        raise NotImplementedError(f"method {self.name} declares no plan")
+
+    def program(self, trials: list[Trial], plan: Plan) -> Any:
+        """The `engine.TrainingProgram` of `trials`, which share `plan`: their models, the
+        step over one round of their batches, and what each reports afterwards."""
+        raise NotImplementedError(f"method {self.name} declares no program")
+
+    def stackable(self) -> bool:
+        """Whether trials of this method whose plans are equal (these hyperparameters, one
+        budget, any seeds and knob values) train as one stacked program."""
+        return False
+
+    def check(self, fairness: FairnessSpec) -> None:
+        """Refuse, before anything is planned, a constraint or knob value the class attributes
+        rule out (`constraints`, `declared_constraints`, `knob`)."""
+        if fairness.definition is not None:
+            if not self.declared_constraints:
+                raise ConfigError(
+                    f"method {self.name} takes the named constraints "
+                    f"{', '.join(self.constraints or ())}, not a declared constraint set"
+                )
+        elif self.constraints is not None and fairness.constraint not in self.constraints:
+            raise ConfigError(
+                f"method {self.name} supports the constraints {', '.join(self.constraints)}; "
+                f"got {fairness.constraint!r}"
+            )
+        if self.knob is None:
+            return
+        self.knob.validate(fairness.knob, method=self.name)
+        if fairness.knob is None and self.knob.required:
+            raise ConfigError(
+                f"method {self.name} needs {self.knob.name} values: give the method `knobs`"
+            )
+
+    # -- what the engine does with it ----------------------------------------------------------
     def fit(
         self,
         task: Task,
@@ -279,13 +341,17 @@ class Method(ABC):
         return self.fit_stack([Trial(task, fairness, session)])[0]
 
     def fit_stack(self, trials: list[Trial]) -> list[Fitted]:
-        """`fit` for several trials of this method at once (one program where the method
-        stacks, `stackable`), each with its own session; each trial's ledger is checked
-        against its own plan."""
+        """`fit` for several trials of this method at once (one program per group of equal
+        plans where the method stacks), each with its own session; each trial's ledger is
+        checked against its own plan."""
+        from fairbench.methods.engine import fit_trials  # the engine builds on this module
+
         if self.private and any(t.session.budget is None for t in trials):
             raise ConfigError(f"method {self.name} is private: give it a target epsilon")
         try:
-            if len(trials) == 1:
+            if self._declares_plan():
+                fits = fit_trials(self, trials)
+            elif len(trials) == 1:
                 only = trials[0]
                 fits = [self.train(only.task, only.fairness, only.session)]
             else:
@@ -305,6 +371,18 @@ class Method(ABC):
                 fitted.privacy_notion = session.guarantee.label
         return fits
 
+    def stepper(
+        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
+    ) -> Callable[[], None]:
+        """One training step of exactly the code `fit` runs (sampling included), for
+        `fairbench bench`."""
+        from fairbench.methods.engine import one_step
+
+        return one_step(self, task, privacy, seed, device)
+
+    def _declares_plan(self) -> bool:
+        return type(self).program is not Method.program
+
     def _check_guarantee(self, session: PrivacySession) -> None:
         """A private trial ran under the guarantee the method declares, and its plan grew only
         if the method says it may (what private selection relies on)."""
@@ -322,27 +400,12 @@ class Method(ABC):
                 "adaptive_plan = True"
             )
 
-    def stackable(self) -> bool:
-        """Whether trials of this method (these hyperparameters, one budget, any seeds and
-        knob values) train as one stacked program (`train_stack`)."""
-        return False
-
+    # -- the former contract, while plugins move to plan() and program() -----------------------
     def train_stack(self, trials: list[Trial]) -> list[Fitted]:
-        """Train several trials: one after another, unless the method stacks them."""
         return [self.train(t.task, t.fairness, t.session) for t in trials]
 
-    @abstractmethod
     def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        """Submit the plan to `session`, then train, drawing every noisy release and Poisson
-        batch from it. `session.budget` is the target (None for a non-private method),
-        `session.seed` and `session.device` the trial's."""
-
-    @abstractmethod
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        """One training step of exactly the code `fit` runs (sampling included), for
-        `fairbench bench`."""
+        raise NotImplementedError(f"method {self.name} declares neither plan() nor train()")
 
 
 SENSITIVE_MARK = " (A at test)"

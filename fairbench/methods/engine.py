@@ -21,7 +21,7 @@ reduction order (tests/test_stacking.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,8 @@ import torch
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import Budget, TrainingHparams, Trial
+from fairbench.methods.base import Device, FairnessSpec, Fitted, Method, TrainingHparams, Trial
+from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.models import build_model
 from fairbench.privacy import (
     PrivacyBudget,
@@ -37,10 +38,10 @@ from fairbench.privacy import (
     calibrate_noise_multiplier,
     calibrate_steps,
 )
-from fairbench.privacy.accountant import PLAIN, StepShape, at_search_bound
+from fairbench.privacy.accountant import PLAIN, StepShape
 from fairbench.privacy.contributions import StackedOuterProducts
 from fairbench.privacy.session import Batch, Guarantee, PrivacyNotion, PrivacySession
-from fairbench.privacy.stacked import StackedBatches, poisson_rounds
+from fairbench.privacy.stacked import StackedBatches, poisson_rounds, shuffled_rounds
 from fairbench.task import Task
 
 
@@ -68,39 +69,6 @@ def check_one_free_quantity(hp: TrainingHparams) -> None:
         raise ValueError("calibrate: steps needs noise_multiplier")
     if hp.calibrate == "noise" and hp.noise_multiplier is not None:
         raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """What the loop runs: `steps` Poisson batches at `sampling_rate`, Gaussian releases at
-    `noise_multiplier` (0: a non-private run), `calibrated` naming the solved quantity."""
-
-    sampling_rate: float
-    steps: int
-    noise_multiplier: float = 0.0
-    calibrated: str | None = None
-
-    def budget(self, steps: int | None = None, **other_noise: float) -> Budget:
-        """The trial's `Budget`: the Gaussian noise under `gradient`, other releases' scales by
-        name; `steps` when fewer were run than scheduled."""
-        steps = self.steps if steps is None else steps
-        if self.noise_multiplier <= 0:
-            return Budget(int(steps), float(self.sampling_rate))
-        return Budget(
-            steps=int(steps),
-            sampling_rate=float(self.sampling_rate),
-            noise={"gradient": float(self.noise_multiplier)}
-            | {k: float(v) for k, v in other_noise.items()},
-            calibrated=self.calibrated,
-            at_bound=at_search_bound(steps, self.noise_multiplier),
-        )
-
-    def info(self) -> dict[str, float | int]:
-        return {
-            "steps": self.steps,
-            "sampling_rate": self.sampling_rate,
-            "noise_multiplier": self.noise_multiplier,
-        }
 
 
 @dataclass(frozen=True)
@@ -293,3 +261,105 @@ def exact_sums(contributions) -> list[torch.Tensor]:
     if isinstance(contributions, StackedOuterProducts):
         return contributions.weighted_sum(None)
     return [part.unsqueeze(0) for part in contributions.trial(0).weighted_sum(None)]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a program reports for one trial once its loop is done: row info of its own (its
+    final dual variables, say), and the predictor when it is not the trial's model alone (a
+    mixture's `components` and `weights`, a `derived` post-processor's table), or a notion or
+    accounting the method qualifies."""
+
+    info: dict[str, Any] = field(default_factory=dict)
+    model: nn.Module | None = None
+    components: list[nn.Module] = field(default_factory=list)
+    weights: list[float] | None = None
+    derived: np.ndarray | None = None
+    privacy_notion: str | None = None
+    target_accounting: str = "suite"
+
+
+@dataclass(frozen=True)
+class TrainingProgram:
+    """T trials that share a plan, ready to run as one: each trial's model (views into
+    stacked parameters where the method stacks), the step over one round of their batches
+    (drawn by the engine from each trial's session), and each trial's `Outcome` afterwards.
+    `run`, where set, is the method's own loop instead of the engine's (an adaptive plan)."""
+
+    models: list[nn.Module]
+    step: Callable[[StackedBatches], None] | None = None
+    outcomes: Callable[[], list[Outcome]] | None = None
+    run: Callable[[], None] | None = None
+
+
+def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
+    """The engine's trial: validate each trial's fairness spec, plan each trial from public
+    inputs, group trials with equal plans (each group one program where the method stacks),
+    submit each plan to its session under the method's guarantee, run the loop, and build each
+    trial's `Fitted` from its model, its outcome, the plan's budget and info."""
+    for trial in trials:
+        method.check(trial.fairness)
+    plans = [
+        method.plan(DataShape.of(t.task), t.session.budget, t.fairness, t.session.seed)
+        for t in trials
+    ]
+    groups: dict[str, list[int]] = {}
+    for i, plan in enumerate(plans):
+        key = plan.key if method.stackable() else str(i)
+        groups.setdefault(key, []).append(i)
+    guarantee = method.guarantee()
+    fits: list[Fitted | None] = [None] * len(trials)
+    for members in groups.values():
+        plan, group = plans[members[0]], [trials[i] for i in members]
+        for trial in group:
+            trial.session.submit_plan(plan.ledger, guarantee)
+        program = method.program(group, plan)
+        if program.run is not None:
+            program.run()
+        else:
+            next_round = rounds([t.session for t in group], len(group[0].task.train), plan)
+            for _ in range(plan.loop_rounds):
+                program.step(next_round())
+        outcomes = program.outcomes() if program.outcomes else [Outcome() for _ in group]
+        for i, trial, model, outcome in zip(members, group, program.models, outcomes, strict=True):
+            fits[i] = Fitted(
+                outcome.model if outcome.model is not None else model,
+                trial.session.device,
+                privacy_notion=outcome.privacy_notion,
+                info={**plan.info, **outcome.info},
+                target_accounting=outcome.target_accounting,
+                components=outcome.components,
+                weights=outcome.weights,
+                budget=plan.budget,
+                derived=outcome.derived,
+            )
+    return fits  # type: ignore[return-value]
+
+
+def rounds(sessions: list[PrivacySession], n: int, plan: Plan) -> Callable[[], StackedBatches]:
+    """The loop's batches for `sessions`: Poisson at the schedule's rate (each session's own
+    "sampling" stream), or shuffled mini-batches for a non-private schedule that asks."""
+    schedule = plan.schedule
+    assert schedule is not None
+    if schedule.shuffle is not None:
+        return shuffled_rounds(sessions, n, schedule.shuffle)
+    return poisson_rounds(sessions, n, schedule.sampling_rate)
+
+
+def one_step(
+    method: Method, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
+) -> Callable[[], None]:
+    """`fairbench bench`'s view of a one-trial program: each call runs one round of exactly the
+    code `fit` runs, on the method's typical knob."""
+    from fairbench.methods.base import resolve_device
+
+    session = PrivacySession(seed, resolve_device(device), privacy if method.private else None)
+    knob = None if method.knob is None else method.knob.typical
+    trial = Trial(task, FairnessSpec("demographic_parity", knob), session)
+    plan = method.plan(DataShape.of(task), session.budget, trial.fairness, seed)
+    session.submit_plan(plan.ledger, method.guarantee())
+    program = method.program([trial], plan)
+    next_round = rounds([session], len(task.train), plan)
+    step = program.step
+    assert step is not None
+    return lambda: step(next_round())

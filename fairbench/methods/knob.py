@@ -36,6 +36,10 @@ class Knob:
     high_inclusive: bool = True
     # True: the knob bounds a gap between rates (each in [0, 1]), so a value >= 1 never binds
     rate_tolerance: bool = False
+    # False: a trial may leave it unset (the method then has a meaning for None)
+    required: bool = True
+    # a value to run with where none is given (`fairbench bench`, the conformance kit)
+    typical: float | None = None
 
     @property
     def range_text(self) -> str:

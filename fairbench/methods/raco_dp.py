@@ -46,7 +46,6 @@ departures, which are not repeated here (tests cover each):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -56,34 +55,24 @@ from pydantic import Field, model_validator
 
 from fairbench import constraints
 from fairbench.errors import ConfigError
-from fairbench.methods.base import (
-    Device,
-    FairnessSpec,
-    Fitted,
-    Method,
-    TrainingHparams,
-    Trial,
-    resolve_device,
-)
+from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
 from fairbench.methods.engine import (
+    Outcome,
     Schedule,
     StackedData,
-    StackedProgram,
+    TrainingProgram,
     calibrated,
     check_one_free_quantity,
     expected_batch,
     init_models,
-    one_schedule,
-    one_stacked_step,
-    run_stacked,
     uncalibrated,
 )
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import DataShape, Plan
 from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacySession
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums, laplace_histograms
 from fairbench.task import Task
 
@@ -208,11 +197,12 @@ class SGDA(Method):
         Direction.LOOSER,
         low=0.0,
         rate_tolerance=True,
+        typical=0.05,
     )
     Hparams = SGDAHparams
     hparams: SGDAHparams
 
-    def schedule(self, n: int, privacy: PrivacyBudget | None) -> Schedule:
+    def schedule(self, n: int, target: PrivacyBudget | None) -> Schedule:
         """Sampling rate and steps from `epochs`, no noise."""
         return uncalibrated(self.hparams, n)
 
@@ -220,27 +210,24 @@ class SGDA(Method):
         """The histogram's Laplace scale (0: exact histograms)."""
         return 0.0
 
-    def plan(self, schedule: Schedule) -> PrivacyLedger:
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
         """Per step a Laplace histogram and a Gaussian gradient sum on one Poisson batch."""
-        plan = PrivacyLedger()
+        schedule = self.schedule(shape.n, target)
+        ledger = PrivacyLedger()
+        laplace = self.laplace_scale()
         if self.private:
-            plan.record(
-                f"{HISTOGRAM} + {GRADIENT}",
-                sgd_steps(
-                    schedule.sampling_rate,
-                    schedule.noise_multiplier,
-                    schedule.steps,
-                    self.laplace_scale(),
-                ),
-            )
-        return plan
+            q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
+            ledger.record(f"{HISTOGRAM} + {GRADIENT}", sgd_steps(q, sigma, steps, laplace))
+        budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
+        info = {**schedule.info(), "laplace_scale": laplace, "clip_norm": self.hparams.clip_norm}
+        return Plan(ledger, schedule, budget=budget, info=info)
 
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
     def _constraints(self, fairness: FairnessSpec, task: Task) -> constraints.RateConstraintSet:
-        if fairness.knob is None:
-            raise ConfigError(f"method {self.name} needs gamma values: give the method `knobs`")
         return constraints.build(
             fairness.constraint, fairness.definition, task.n_classes, task.n_groups, fairness.knob
         )
@@ -257,14 +244,13 @@ class SGDA(Method):
             )
         return parts
 
-    def _program(self, trials: list[Trial]) -> StackedProgram:
-        hp, dev = self.hparams, trials[0].session.device
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
         sets = [self._constraints(t.fairness, t.task) for t in trials]
         data = StackedData([t.task for t in trials], dev)
         part = data.per_record(lambda task: self._parts(sets[0], task), torch.int64)
         models = init_models(hp, trials)
         stack = stack_models(models)
-        schedule = one_schedule([self.schedule(data.n, t.session.budget) for t in trials])
         histograms = [t.session.laplace_histogram(HISTOGRAM, self.laplace_scale()) for t in trials]
         gradient_sums = [
             t.session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
@@ -293,46 +279,14 @@ class SGDA(Method):
             gap = rates.values(hist, sizes) - rates.gamma
             lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
 
-        def report() -> list[dict]:
+        def outcomes() -> list[Outcome]:
             return [
-                {"n_constraints": sets[0].n_constraints, "lambda": row}
-                for row in lam.cpu().tolist()
-            ]
+                Outcome({"gamma": t.fairness.knob, "n_constraints": sets[0].n_constraints,
+                         "lambda": row})
+                for t, row in zip(trials, lam.cpu().tolist(), strict=True)
+            ]  # fmt: skip
 
-        return StackedProgram(models, schedule, step, report)
-
-    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
-        program = self._program(trials)
-        schedule = program.schedule
-        run_stacked(trials, program, self.plan(schedule))
-        hp, laplace = self.hparams, self.laplace_scale()
-        budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
-        return [
-            Fitted(
-                model,
-                t.session.device,
-                budget=budget,
-                info={
-                    **schedule.info(),
-                    "laplace_scale": laplace,
-                    "clip_norm": hp.clip_norm,
-                    "gamma": t.fairness.knob,
-                    **report,
-                },
-            )
-            for model, t, report in zip(program.models, trials, program.report(), strict=True)
-        ]
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        return self.train_stack([Trial(task, fairness, session)])[0]
-
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
-        trial = Trial(task, FairnessSpec("demographic_parity", 0.05), session)
-        program = self._program([trial])
-        return one_stacked_step(trial, program, self.plan(program.schedule))
+        return TrainingProgram(models, step, outcomes)
 
 
 class RaCODP(SGDA):

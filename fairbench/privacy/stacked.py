@@ -62,6 +62,30 @@ def poisson_rounds(
     return next_round
 
 
+def shuffled_rounds(
+    sessions: list[PrivacySession], n: int, batch_size: int
+) -> Callable[[], StackedBatches]:
+    """Each (non-private) session's shuffled mini-batches (`session.shuffled`: a fresh
+    permutation of its "sampling" stream each epoch), one round at a time."""
+    draws = [s.shuffled(n, batch_size) for s in sessions]
+
+    def next_round() -> StackedBatches:
+        batches = [draw() for draw in draws]
+        sizes = [len(b.indices) for b in batches]
+        width = max(sizes)
+        index = torch.zeros((len(batches), width), dtype=torch.int64, device=sessions[0].device)
+        for t, batch in enumerate(batches):
+            index[t, : sizes[t]] = batch.indices
+        mask = None
+        if len(set(sizes)) > 1:
+            mask = torch.arange(width, device=index.device) < torch.tensor(
+                sizes, device=index.device
+            ).unsqueeze(1)
+        return StackedBatches(batches, index, mask, sizes)
+
+    return next_round
+
+
 def _plain(mechanisms: list, kind: type, parameters: tuple[str, ...]) -> bool:
     """Every mechanism is the session's own `kind` with float noise, and all share their
     parameters and privacy: the stack can be released in one pass."""

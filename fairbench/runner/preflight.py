@@ -21,6 +21,7 @@ from pathlib import Path
 from fairbench.errors import CalibrationError, ConfigError
 from fairbench.methods import FairnessSpec, get_method, method_class
 from fairbench.methods.base import TrainingHparams, resolve_device
+from fairbench.methods.plan import DataShape
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.session import (
     Guarantee,
@@ -152,8 +153,16 @@ def plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
 
 def capture(spec: TrialSpec, epsilon: float) -> tuple[PrivacyLedger, Guarantee]:
     """The plan the trial submits at `epsilon` and the guarantee it submits it under (what its
-    epsilon is a statement about), found by training until the plan is submitted."""
+    epsilon is a statement about): the method's declared plan (`Method.plan`, from public
+    inputs), or for a plugin of the former contract, found by training until the plan is
+    submitted."""
     method = get_method(spec.method, **spec.hparams)
+    if method._declares_plan():
+        fairness = FairnessSpec(spec.constraint, spec.knob, spec.constraint_definition)
+        method.check(fairness)
+        target = PrivacyBudget(epsilon, spec.delta)
+        plan = method.plan(DataShape.of(load_task(spec)), target, fairness, spec.seed)
+        return plan.ledger, method.guarantee()
     session = _PlanOnlySession(
         spec.seed, resolve_device(spec.device), PrivacyBudget(epsilon, spec.delta)
     )
