@@ -10,7 +10,9 @@ from fairbench import metrics
 from fairbench.constraints import group_objectives as go
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, get_method
+from fairbench.methods.plan import DataShape
 from fairbench.privacy import PrivacyBudget
+from fairbench.privacy.session import canonical
 from fairbench.runner.trial import decisions
 from tests.conftest import needs_adult
 
@@ -58,8 +60,12 @@ def test_private_cgoo_spends_its_budget_on_counts_and_oracle(synthetic):
     labels = [entry.label for entry in fitted.ledger.entries]  # sampled rounds first
     assert len(labels) == 2 and "oracle" in labels[0] and "confusion counts" in labels[1]
     assert 0.99 <= fitted.ledger.epsilon(1e-5) <= 1.0
-    schedule, count_std = method.schedule(len(synthetic.train), PrivacyBudget(1.0))
-    assert fitted.info["count_noise"] == count_std > 0 and schedule.noise_multiplier > 0
+    plan = method.plan(
+        DataShape.of(synthetic), PrivacyBudget(1.0), FairnessSpec("demographic_parity", 0.05)
+    )
+    assert fitted.info["count_noise"] == plan.info["count_noise"] > 0
+    assert fitted.info["noise_multiplier"] == plan.schedule.noise_multiplier > 0
+    assert canonical(fitted.ledger) == canonical(plan.ledger)
     # the counts alone spend the configured share of epsilon
     counts_only = fitted.ledger.entries[1].event
     from fairbench.privacy import epsilon

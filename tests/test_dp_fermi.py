@@ -215,7 +215,7 @@ def test_random_iterate_is_reproducible_and_recorded(task):
     [
         ({}, FairnessSpec("false_negative_rate", 1.0), "supports the constraints"),
         ({}, FairnessSpec("demographic_parity", None), "lambda values"),
-        ({}, FairnessSpec("demographic_parity", -1.0), "lambda values"),
+        ({}, FairnessSpec("demographic_parity", -1.0), "outside its valid range"),
     ],
 )
 def test_bad_setups_are_config_errors(task, hparams, spec, message):

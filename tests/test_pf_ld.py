@@ -74,7 +74,7 @@ def one_step(method, task, constraint, session, *, lam, alpha=0.0, counts=None, 
         dual.weights()
     schedule = Schedule(1.0, 1, 2.0 if session.private else 0.0)
     if session.private:
-        session.submit_plan(method.plan(schedule, data.n))
+        session.submit_plan(method._ledger(schedule, data.n))
     build = method._sensitive_step if method.sensitive else method._full_step
     extra = (stack, [model]) if method.sensitive else (stack,)
     step = build(

@@ -41,12 +41,12 @@ the noise that would spend that fraction of the target epsilon on their own. The
 noise is then calibrated so the whole composition meets the target. The paper instead uses
 advanced composition with a per-call (epsilon', delta'), which is far looser.
 
-Stacked trials (`train_stack`, logistic models): trials that differ in seed and alpha play
+Stacked trials (`program`, logistic models): trials that differ in seed and alpha play
 their games side by side. Each iteration's count release, costs and relabelling stay per
-trial (on the device, once per iteration); the oracle steps, the bulk of the time, run as
-one tensor program over the trials (`fairbench.methods.engine`), each trial on its own
-Poisson batches with its own targets and weights and its own mechanism's noise. An MLP trains
-one trial at a time through the same code.
+trial (on the device, once per iteration, at its first round); the oracle steps, the bulk of
+the time, run as one tensor program over the trials (`fairbench.methods.engine`), each trial
+on its own Poisson batches with its own targets and weights and its own mechanism's noise.
+An MLP trains one trial at a time through the same code.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -65,31 +65,27 @@ from torch import nn
 
 from fairbench.constraints import group_objectives as go
 from fairbench.errors import ConfigError
-from fairbench.methods.base import (
-    Device,
-    FairnessSpec,
-    Fitted,
-    Method,
-    TrainingHparams,
-    Trial,
-    resolve_device,
+from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
+from fairbench.methods.engine import (
+    Outcome,
+    StackedData,
+    TrainingProgram,
+    expected_batch,
+    init_models,
 )
-from fairbench.methods.engine import Schedule, StackedData, expected_batch, init_models
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacySession
-from fairbench.privacy.stacked import gaussian_sums, poisson_rounds
-from fairbench.task import Task
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums
 
 OBJECTIVES: dict[str, go.Objective] = {
     "error": go.error,
     "balanced_error": go.balanced_error,
     "negative_gmean": go.negative_gmean,
 }
-CONSTRAINTS = ("demographic_parity", "equalized_odds", "bounded_group_loss")
 COUNTS = "cgoo: Gaussian confusion counts, once per iteration"
 ORACLE = "cgoo: oracle DP-SGD steps (clipped weighted-loss gradient sums)"
 
@@ -113,23 +109,6 @@ class CGOOHparams(TrainingHparams):
         1.0, gt=0, description="per-sample clip of the oracle's DP-SGD gradient"
     )
     count_share: float = Field(0.1, gt=0, lt=1, description="epsilon share of the counts")
-
-
-@dataclass(frozen=True)
-class Reduction:
-    """T trials' reductions games, ready to play (one trial's game when T = 1): each trial's
-    model (its current component; views into the stack for logistic models), the oracle's
-    schedule and the count noise they share, and the moves of an iteration: per trial,
-    `statistics(t)` releases trial t's current classifier's l(c, D) and `relabel(t, costs)`
-    sets its oracle's targets and weights; `step()` is one DP-SGD step of every trial's
-    oracle, each on its own Poisson batch, as one tensor program."""
-
-    models: list[nn.Module]
-    schedule: Schedule
-    count_std: float
-    statistics: Callable[[int], torch.Tensor]
-    relabel: Callable[[int, torch.Tensor], None]
-    step: Callable[[], None]
 
 
 class WeightedCrossEntropy:
@@ -162,21 +141,20 @@ class Game:
     """One trial's reductions game between the oracle and the constraint player, on the
     device: the released statistics' running sum, the multipliers, G and the trace.
     `move(t)` plays iteration t up to the oracle's targets and weights (`relabel`), reading
-    nothing on the host; `report()` brings the trace and G to the host once, at the end."""
+    nothing on the host; `outcome()` brings the trace and G to the host once, at the end."""
 
     def __init__(
         self,
         hp: CGOOHparams,
-        constraint: str,
-        alpha: float,
+        fairness: FairnessSpec,
         statistics: Callable[[], torch.Tensor],
         relabel: Callable[[torch.Tensor], None],
     ) -> None:
-        self.hp, self.constraint, self.alpha = hp, constraint, alpha
+        self.hp, self.constraint, self.alpha = hp, fairness.constraint, float(fairness.knob)
         self.statistics, self.relabel = statistics, relabel
-        self.components: list[nn.Module] = []
+        self.components: list[nn.Module] = []  # the oracle's answers c_1, c_2, ...
         self.f = OBJECTIVES[hp.objective]
-        self.g = constraint_function(constraint, alpha, hp.eta)
+        self.g = constraint_function(self.constraint, self.alpha, hp.eta)
         self.big_g: torch.Tensor | None = None  # set at the first move
         self.total: torch.Tensor | None = None  # sum of the statistics of c_1..c_t
         self.lam: torch.Tensor | None = None
@@ -214,13 +192,14 @@ class Game:
         self.trace.append((f_value, g_value, None if self.lam is None else self.lam.sum()))
         self.relabel(f_grad + constraint_cost)
 
-    def report(self) -> tuple[list[dict], float]:
-        """(trace, G) on the host."""
+    def outcome(self) -> Outcome:
+        """The trial's mixture, and its G, alpha and trace on the host."""
         trace = [
             {"f": float(f), "g": float(g), "lambda": None if lam is None else float(lam)}
             for f, g, lam in self.trace
         ]
-        return trace, float(self.big_g)
+        info = {"G": float(self.big_g), "alpha": self.alpha, "trace": trace}
+        return Outcome(info, components=self.components)
 
 
 def component(model: nn.Module) -> nn.Module:
@@ -237,7 +216,7 @@ class CGOO(Method):
         "Alabi (2019): The Cost of a Reductions Approach to Private Fair Optimization. "
         "arXiv:1906.09613"
     )
-    constraints = CONSTRAINTS
+    constraints = ("demographic_parity", "equalized_odds", "bounded_group_loss")
     knob = Knob(
         "alpha",
         "allowed violation of the constraint g",
@@ -245,81 +224,59 @@ class CGOO(Method):
         low=0.0,
         low_inclusive=False,
         rate_tolerance=True,
+        typical=0.05,
     )
     Hparams = CGOOHparams
     hparams: CGOOHparams
 
-    def schedule(self, n: int, privacy: PrivacyBudget | None) -> tuple[Schedule, float]:
-        """The oracle's schedule (steps per call) and the count noise std; zeros mean no
-        noise."""
-        hp = self.hparams
-        q = min(1.0, hp.batch_size / n)
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """The oracle's schedule (`steps` per call, T calls: the loop runs T * steps rounds),
+        the count noise std (`count_noise`; 0: exact) and T count releases with T * steps
+        oracle steps."""
+        if shape.n_classes != 2:
+            raise ConfigError(f"method {self.name} handles binary classification tasks only")
+        hp, ledger, count_std = self.hparams, PrivacyLedger(), 0.0
+        q = min(1.0, hp.batch_size / shape.n)
         steps = max(1, round(hp.epochs / q))
-        if not self.private:
-            return Schedule(q, steps), 0.0
-        single = calibrate_noise_multiplier(1.0, 1, hp.count_share * privacy.epsilon, privacy.delta)
-        count_std = single * math.sqrt(hp.iterations)  # T releases compose to `single`
-        counts = dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(count_std), hp.iterations)
         total = steps * hp.iterations
-        sigma = calibrate_noise_multiplier(
-            q, total, privacy.epsilon, privacy.delta, None, StepShape(extra=counts)
-        )
-        return Schedule(q, steps, sigma, "noise_multiplier"), count_std
-
-    def plan(self, schedule: Schedule, count_std: float) -> PrivacyLedger:
-        """T count releases and T * steps oracle steps."""
-        plan, hp = PrivacyLedger(), self.hparams
+        schedule = Schedule(q, steps)
         if self.private:
-            plan.record(
-                ORACLE,
-                sgd_steps(
-                    schedule.sampling_rate,
-                    schedule.noise_multiplier,
-                    schedule.steps * hp.iterations,
-                ),
-            )
-            plan.record(
-                COUNTS,
-                dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(count_std), hp.iterations),
-            )
-        return plan
+            eps, delta = target.epsilon, target.delta
+            single = calibrate_noise_multiplier(1.0, 1, hp.count_share * eps, delta)
+            count_std = single * math.sqrt(hp.iterations)  # T releases compose to `single`
+            count = dp_event.GaussianDpEvent(count_std)
+            counts = dp_event.SelfComposedDpEvent(count, hp.iterations)
+            sigma = calibrate_noise_multiplier(q, total, eps, delta, None, StepShape(extra=counts))
+            schedule = Schedule(q, steps, sigma, "noise_multiplier")
+            ledger.record(ORACLE, sgd_steps(q, sigma, total))
+            ledger.record(COUNTS, counts)
+        info = {
+            "sampling_rate": q,
+            "oracle_steps": steps,
+            "noise_multiplier": schedule.noise_multiplier,
+            "count_noise": count_std,
+            "iterations": hp.iterations,
+        }
+        return Plan(ledger, schedule, total, schedule.budget(total, count=count_std), info)
 
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
-    def _check(self, trial: Trial) -> float:
-        """The trial's alpha, after refusing what the method cannot do."""
-        fairness = trial.fairness
-        if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
-            raise ConfigError(
-                f"method {self.name} supports the constraints "
-                f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}"
-            )
-        if fairness.knob is None or fairness.knob <= 0:
-            raise ConfigError(f"method {self.name} needs alpha values > 0: give it `knobs`")
-        return float(fairness.knob)
-
-    def _setup(self, trials: list[Trial]) -> Reduction:
-        """Models, noise and data for the trials (see `Reduction`); each trial's plan is
-        submitted here, to its own session."""
-        if any(t.task.n_classes != 2 for t in trials):
-            raise ConfigError(f"method {self.name} handles binary classification tasks only")
-        hp, dev = self.hparams, trials[0].session.device
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """Every trial plays its own game (statistics release, costs, relabelling: per trial,
+        on the device) at the start of each iteration of `steps` rounds; the oracle's steps
+        run stacked across the trials, and each iteration ends by keeping each trial's model
+        as a component."""
+        hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
         models = init_models(hp, trials)
         stack = stack_models(models)
         data = StackedData([t.task for t in trials], dev)
-        n, k = data.n, trials[0].task.n_groups
-        shared = {self.schedule(n, t.session.budget) for t in trials}
-        if len(shared) != 1:
-            raise ValueError("stacked trials need one schedule; run them one at a time")
-        schedule, count_std = shared.pop()
-        for trial in trials:
-            trial.session.submit_plan(self.plan(schedule, count_std))
-        sessions = [t.session for t in trials]
-        next_round = poisson_rounds(sessions, n, schedule.sampling_rate)
+        n, k, sessions = data.n, trials[0].task.n_groups, [t.session for t in trials]
         clip = hp.clip_norm if self.private else math.inf
         gradient_sums = [s.gaussian_sum(ORACLE, clip, schedule.noise_multiplier) for s in sessions]
-        confusions = [s.gaussian_counts(COUNTS, count_std) for s in sessions]
+        confusions = [s.gaussian_counts(COUNTS, plan.info["count_noise"]) for s in sessions]
         # flat index of (group, label, prediction 0) in (k, 2, 2), per record
         cells = data.per_record(lambda task: (task.train.s * 2 + task.train.y) * 2, torch.int64)
         groups = data.per_record(lambda task: task.train.s, torch.int64)
@@ -327,12 +284,14 @@ class CGOO(Method):
         step_size = hp.lr / expected_batch(schedule, n)
 
         def statistics(t: int) -> torch.Tensor:
+            """Trial t's released l(c, D) of its current classifier."""
             with torch.no_grad():
                 pred = models[t](data.trial_rows(data.x, t)).argmax(dim=1)
             counts = confusions[t](data.trial_rows(cells, t) + pred, k * 4)
             return counts.clamp(min=0.0).reshape(k, 2, 2) / n
 
         def relabel(t: int, costs: torch.Tensor) -> None:
+            """Trial t's oracle targets and weights for the linear costs."""
             gap = (costs[:, :, 1] - costs[:, :, 0]).abs().max()
             scaled = torch.where(gap > 0, costs / gap, costs)  # public: a function of the costs
             targets, weights, _ = go.cost_sensitive(
@@ -341,77 +300,29 @@ class CGOO(Method):
             z[t * n : (t + 1) * n] = targets
             w[t * n : (t + 1) * n] = weights.to(torch.float32)
 
-        def step() -> None:
-            round_ = next_round()
+        games = [
+            Game(hp, trial.fairness, partial(statistics, t), partial(relabel, t))
+            for t, trial in enumerate(trials)
+        ]
+        done = 0
+
+        def step(round_: StackedBatches) -> None:
+            nonlocal done
+            if done % schedule.steps == 0:  # an iteration begins: each game moves
+                for game in games:
+                    game.move(done // schedule.steps)
             rows, own = data.gather(round_), data.own_rows(round_)
             x = rows.rows(data.x)
             loss = WeightedCrossEntropy(own.rows(z), own.rows(w))
             logits = stack.logits(x)
             contributions = stack.contributions(x, loss, logits, rows, rows.rows(data.x_sq))
             stack.descend(gaussian_sums(gradient_sums, contributions, round_.batches), step_size)
+            done += 1
+            if done % schedule.steps == 0:  # it ends: the oracle's answer is a component
+                for game, model in zip(games, models, strict=True):
+                    game.components.append(component(model))
 
-        return Reduction(models, schedule, count_std, statistics, relabel, step)
-
-    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
-        """Every trial plays its own game (statistics release, costs, relabelling: per trial,
-        on the device); the oracle's steps of an iteration run stacked across the trials."""
-        hp = self.hparams
-        run = self._setup(trials)
-        schedule, count_std = run.schedule, run.count_std
-        games = [
-            Game(
-                hp,
-                trial.fairness.constraint,
-                self._check(trial),
-                lambda t=t: run.statistics(t),
-                lambda costs, t=t: run.relabel(t, costs),
-            )
-            for t, trial in enumerate(trials)
-        ]
-        for it in range(hp.iterations):
-            for game in games:
-                game.move(it)
-            for _ in range(schedule.steps):
-                run.step()
-            for game, model in zip(games, run.models, strict=True):
-                game.components.append(component(model))
-        budget = schedule.budget(schedule.steps * hp.iterations, count=count_std)
-        fits = []
-        for game, model, trial in zip(games, run.models, trials, strict=True):
-            trace, big_g = game.report()
-            info = {
-                "sampling_rate": schedule.sampling_rate,
-                "oracle_steps": schedule.steps,
-                "noise_multiplier": schedule.noise_multiplier,
-                "count_noise": count_std,
-                "iterations": hp.iterations,
-                "G": big_g,
-                "alpha": game.alpha,
-                "trace": trace,
-            }
-            fits.append(
-                Fitted(
-                    model,
-                    trial.session.device,
-                    info=info,
-                    components=game.components,
-                    budget=budget,
-                )
-            )
-        return fits
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        return self.train_stack([Trial(task, fairness, session)])[0]
-
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        """One oracle step, on the costs of plain error."""
-        session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
-        run = self._setup([Trial(task, FairnessSpec("demographic_parity", 0.05), session)])
-        stats = run.statistics(0)
-        run.relabel(0, go.error(stats, go.Sizes.of(stats))[1])
-        return run.step
+        return TrainingProgram(models, step, lambda: [game.outcome() for game in games])
 
 
 class CGOONonPrivate(CGOO):

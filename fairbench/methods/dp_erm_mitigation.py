@@ -38,10 +38,10 @@ n and n_a come from one Laplace release of the group counts at the start (scale
   + Laplace(count_scale) once,
 calibrated by the suite's accountant (`calibrate: noise` solves sigma, `steps` the step count).
 
-lambda = 0 is DP-SGD itself: the same release under `dp_sgd.LABEL` (hence the same noise
-stream), the same schedule and update, no histogram and no counts, so parameters equal
-`dp-sgd`'s bit for bit for the same seed and hyperparameters. lambda = 0 and lambda > 0 run
-different schedules: a stack is split by it (as dp-fermi's).
+lambda = 0 is DP-SGD itself: `dp-sgd`'s plan and program with these hyperparameters (its
+release under `dp_sgd.LABEL`, hence the same noise stream, schedule and update; no histogram
+and no counts), so parameters equal `dp-sgd`'s bit for bit for the same seed. lambda = 0 and
+lambda > 0 plan different schedules, so they train in separate stacks (as dp-fermi's).
 
 Gradients of the regulariser. Logistic regression (stacked: seeds x lambda as one program):
 every term depends on theta only through the logits z = W x + b, so each record's gradient
@@ -56,54 +56,37 @@ Departures from the notes' privatisation sketch: the histogram rows are scaled t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from dp_accounting import dp_event
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fairbench import constraints
-from fairbench.errors import ConfigError
-from fairbench.methods.base import (
-    Device,
-    FairnessSpec,
-    Fitted,
-    Method,
-    TrainingHparams,
-    Trial,
-    resolve_device,
-)
-from fairbench.methods.dp_sgd import LABEL as DP_SGD_LABEL
+from fairbench.methods.base import CalibratedHparams, FairnessSpec, Method, Trial
+from fairbench.methods.dp_sgd import DPSGD
 from fairbench.methods.engine import (
     Gathered,
-    Schedule,
+    Outcome,
     StackedData,
-    StackedProgram,
+    TrainingProgram,
     calibrated,
-    check_one_free_quantity,
     expected_batch,
     init_models,
-    one_schedule,
 )
 from fairbench.methods.knob import Direction, Knob
-from fairbench.models.grad_sample import CrossEntropy, class_softmax, one_hot
+from fairbench.methods.plan import DataShape, Plan
+from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import OneTrial, StackedLinear, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.contributions import Rows, StackedOuterProducts
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import PrivacySession
-from fairbench.privacy.stacked import (
-    StackedBatches,
-    gaussian_sums,
-    laplace_histograms,
-    poisson_rounds,
-)
-from fairbench.task import Task
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums, laplace_histograms
 
 # evaluated on (the method targets none of them); accuracy parity where the suite has it
 CONSTRAINTS = tuple(
@@ -199,7 +182,7 @@ class FunctionalModel:
             p.sub_(step * g[0])
 
 
-class DPERMMitigationHparams(TrainingHparams):
+class DPERMMitigationHparams(CalibratedHparams):
     # lr, batch_size, clip_norm, epochs, calibrate: dp-sgd's defaults, so that lambda = 0 with
     # the defaults is dp-sgd with its defaults
     lr: float = Field(1.0, gt=0)
@@ -224,18 +207,6 @@ class DPERMMitigationHparams(TrainingHparams):
     sign_momentum: float = Field(
         0.0, ge=0, lt=1, description="signs from a moving average of the noisy group sums"
     )
-    calibrate: Literal["noise", "steps"] = Field(
-        "noise",
-        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
-    )
-    noise_multiplier: float | None = Field(
-        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
-    )
-
-    @model_validator(mode="after")
-    def _one_free_quantity(self):
-        check_one_free_quantity(self)
-        return self
 
 
 class DPERMMitigation(Method):
@@ -255,65 +226,67 @@ class DPERMMitigation(Method):
         "weight of the gradient-norm and curvature gap penalties",
         Direction.STRICTER,
         low=0.0,
+        typical=1.0,
     )
     reconstructed = "no paper or code found: regulariser and its privatisation from secondary notes"
     Hparams = DPERMMitigationHparams
     hparams: DPERMMitigationHparams
 
-    def _count_event(self) -> dp_event.DpEvent:
-        return dp_event.LaplaceDpEvent(self.hparams.count_scale)
+    def _dp_sgd(self) -> DPSGD:
+        """lambda = 0: dp-sgd with these hyperparameters (its schedule, release, label, noise
+        and update)."""
+        return DPSGD(**self.hparams.model_dump(include=set(DPSGD.Hparams.model_fields)))
 
-    def schedule(self, n: int, privacy: PrivacyBudget, positive: bool) -> Schedule:
-        """lambda = 0: dp-sgd's schedule; lambda > 0: the Laplace histogram on every batch and
-        the counts once are covered too."""
-        if not positive:
-            return calibrated(self.hparams, n, privacy)
-        shape = StepShape(1, False, self._count_event())
-        return calibrated(self.hparams, n, privacy, self.hparams.histogram_scale, shape)
-
-    def plan(self, schedule: Schedule, positive: bool) -> PrivacyLedger:
-        plan = PrivacyLedger()
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """lambda = 0: dp-sgd's plan; lambda > 0: the Laplace histogram on every batch and the
+        counts once are released and calibrated too."""
+        hp = self.hparams
+        if fairness.knob == 0:
+            twin = self._dp_sgd().plan(shape, target, fairness, seed)
+            return replace(twin, info={**twin.info, "norm_clip": hp.norm_clip})
+        counts = dp_event.LaplaceDpEvent(hp.count_scale)
+        step_shape = StepShape(1, False, counts)
+        schedule = calibrated(hp, shape.n, target, hp.histogram_scale, step_shape)
         q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
-        if not positive:
-            plan.record(DP_SGD_LABEL, sgd_steps(q, sigma, steps))
-            return plan
-        plan.record(
-            f"{GRADIENT} + {HISTOGRAM}", sgd_steps(q, sigma, steps, self.hparams.histogram_scale)
-        )
-        plan.record(COUNTS, self._count_event())
-        return plan
-
-    def _lambda(self, fairness: FairnessSpec) -> float:
-        if fairness.knob is None or fairness.knob < 0:
-            raise ConfigError(f"method {self.name} needs lambda values >= 0: give it `knobs`")
-        if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
-            raise ConfigError(
-                f"method {self.name} is evaluated on {', '.join(CONSTRAINTS)}; "
-                f"got {fairness.constraint!r}"
-            )
-        return float(fairness.knob)
+        ledger = PrivacyLedger()
+        ledger.record(f"{GRADIENT} + {HISTOGRAM}", sgd_steps(q, sigma, steps, hp.histogram_scale))
+        ledger.record(COUNTS, counts)
+        info = {
+            **schedule.info(),
+            "clip_norm": hp.clip_norm,
+            "norm_clip": hp.norm_clip,
+            "histogram_scale": hp.histogram_scale,
+            "count_scale": hp.count_scale,
+        }
+        budget = schedule.budget(laplace=hp.histogram_scale, count=hp.count_scale)
+        return Plan(ledger, schedule, budget=budget, info=info)
 
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
-    def _program(self, trials: list[Trial]) -> StackedProgram:
-        """The trials' program, their plans submitted (and, for lambda > 0, their group
-        counts drawn under it); their lambdas must be all 0 or all > 0."""
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """lambda = 0: dp-sgd's program. lambda > 0: each trial's group counts (one release),
+        then per round the regularised gradients and the group sums. The trials' lambdas are
+        all 0 or all > 0 (their plans are equal)."""
         hp, dev = self.hparams, trials[0].session.device
-        lams = [self._lambda(t.fairness) for t in trials]
-        if len({lam > 0 for lam in lams}) != 1:
-            raise ValueError("stacked dp-erm-mitigation trials need lambdas all 0 or all > 0")
-        positive = lams[0] > 0
+        lams = [float(t.fairness.knob) for t in trials]
+
+        def outcomes(reports: list[dict]) -> list[Outcome]:
+            return [
+                Outcome({"lambda": lam, "gamma1": lam * hp.gradient_weight,
+                         "gamma2": lam * hp.curvature_weight, **report})
+                for lam, report in zip(lams, reports, strict=True)
+            ]  # fmt: skip
+
+        if lams[0] == 0:
+            twin = self._dp_sgd().program(trials, plan)
+            return TrainingProgram(twin.models, twin.step, lambda: outcomes([{} for _ in trials]))
         models = init_models(hp, trials)
-        functional = positive and not stackable(hp.model)  # no opacus hooks under torch.func
+        functional = not stackable(hp.model)  # no opacus hooks under torch.func
         stack = FunctionalModel(models[0]) if functional else stack_models(models)
         data = StackedData([t.task for t in trials], dev)
-        schedule = one_schedule([self.schedule(data.n, t.session.budget, positive) for t in trials])
-        plan = self.plan(schedule, positive)
-        for trial in trials:
-            trial.session.submit_plan(plan)
-        if not positive:
-            return self._dp_sgd(trials, models, stack, data, schedule)
         group = data.per_record(lambda task: task.train.s, torch.int64)
         n_groups = trials[0].task.n_groups
         counts = torch.stack(
@@ -322,33 +295,14 @@ class DPERMMitigation(Method):
                 for t, trial in enumerate(trials)
             ]
         )
-        step, report = self._step(trials, stack, data, group, counts, lams, schedule)
-        return StackedProgram(models, schedule, step, report)
+        step, report = self._step(trials, stack, data, group, counts, lams, plan.schedule)
+        return TrainingProgram(models, step, lambda: outcomes(report()))
 
     def _counts(self, session: PrivacySession, groups: torch.Tensor, n_groups: int):
         """n_a: one Laplace release of the group sizes, floored at `min_count` (G,)."""
         ones = torch.ones((len(groups), 1), device=groups.device)
         noisy = session.laplace_histogram(COUNTS, self.hparams.count_scale)(ones, groups, n_groups)
         return noisy.squeeze(1).clamp(min=self.hparams.min_count)
-
-    def _dp_sgd(self, trials, models, stack, data, schedule) -> StackedProgram:
-        """lambda = 0: dp-sgd's step, line for line (the same release, label and noise)."""
-        hp = self.hparams
-        sums = [
-            t.session.gaussian_sum(DP_SGD_LABEL, hp.clip_norm, schedule.noise_multiplier)
-            for t in trials
-        ]
-        step_size = hp.lr / expected_batch(schedule, data.n)
-
-        def step(round_: StackedBatches) -> None:
-            rows = data.gather(round_)
-            x = rows.rows(data.x)
-            loss = CrossEntropy(rows.rows(data.y))
-            logits = stack.logits(x)
-            contributions = stack.contributions(x, loss, logits, rows, rows.rows(data.x_sq))
-            stack.descend(gaussian_sums(sums, contributions, round_.batches), step_size)
-
-        return StackedProgram(models, schedule, step, lambda: [{} for _ in trials])
 
     def _step(self, trials, stack, data, group, counts, lams, schedule):
         """Each round: gradients with the previous signs, the noisy histogram, new signs."""
@@ -414,67 +368,6 @@ class DPERMMitigation(Method):
             stack.model, xb[0], yb[0], weight, coef[0, 0], coef[1, 0], norm_clip
         )
         return u.unsqueeze(0), c.unsqueeze(0), OneTrial(grads)
-
-    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
-        """lambda = 0 (dp-sgd's schedule) and lambda > 0 trials run in separate sub-stacks."""
-        fits: list[Fitted | None] = [None] * len(trials)
-        for positive in (False, True):
-            members = [
-                i for i, t in enumerate(trials) if (self._lambda(t.fairness) > 0) == positive
-            ]
-            if members:
-                together = self._train_together([trials[i] for i in members])
-                for i, fitted in zip(members, together, strict=True):
-                    fits[i] = fitted
-        return fits
-
-    def _train_together(self, trials: list[Trial]) -> list[Fitted]:
-        hp = self.hparams
-        program = self._program(trials)
-        schedule = program.schedule
-        positive = self._lambda(trials[0].fairness) > 0
-        next_round = poisson_rounds(
-            [t.session for t in trials], len(trials[0].task.train), schedule.sampling_rate
-        )
-        for _ in range(schedule.steps):
-            program.step(next_round())
-        laplace = {"laplace": hp.histogram_scale, "count": hp.count_scale} if positive else {}
-        shared = {
-            **schedule.info(),
-            "clip_norm": hp.clip_norm,
-            "norm_clip": hp.norm_clip,
-            **(
-                {"histogram_scale": hp.histogram_scale, "count_scale": hp.count_scale}
-                if positive
-                else {}
-            ),
-        }
-        fits = []
-        for model, trial, report in zip(program.models, trials, program.report(), strict=True):
-            lam = self._lambda(trial.fairness)
-            info = {
-                **shared,
-                "lambda": lam,
-                "gamma1": lam * hp.gradient_weight,
-                "gamma2": lam * hp.curvature_weight,
-                **report,
-            }
-            fits.append(
-                Fitted(model, trial.session.device, info=info, budget=schedule.budget(**laplace))
-            )
-        return fits
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        return self.train_stack([Trial(task, fairness, session)])[0]
-
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        session = PrivacySession(seed, resolve_device(device), privacy)
-        trial = Trial(task, FairnessSpec("demographic_parity", 1.0), session)
-        program = self._program([trial])
-        next_round = poisson_rounds([session], len(task.train), program.schedule.sampling_rate)
-        return lambda: program.step(next_round())
 
 
 def gap_signs(hist: torch.Tensor, min_count: float) -> torch.Tensor:

@@ -42,12 +42,12 @@ Privacy notions (`privacy_notion`, recorded in every row):
   row's notion then reads "sensitive-attribute (paper analysis)", its `target_accounting` is
   `paper-analysis`, and its `epsilon_spent` is still the suite's true epsilon (larger).
 
-Stacked trials (`train_stack`, logistic models): trials that differ in seed and lambda train
-as one tensor program (`fairbench.methods.engine`), each with its own W, marginals (its own
-count release), Poisson batches and noise. lambda = 0 and lambda > 0 release different things
-per step, so they run different schedules: a stack is split into one sub-stack per schedule
-(and, under `iterate: random`, per drawn step count). An MLP trains one trial at a time
-through the same code.
+Stacked trials (logistic models): trials whose plans are equal train as one tensor program
+(`fairbench.methods.engine`), each with its own W, marginals (its own count release), Poisson
+batches and noise. lambda = 0 and lambda > 0 release different things per step, so they plan
+different schedules, and under `iterate: random` each drawn step count plans its own ledger:
+a stack splits into one program per plan. An MLP trains one trial at a time through the same
+code.
 
 The authors' public code departs from the paper in ways this plugin does not follow: it clips
 the averaged batch gradient rather than per-sample gradients (or does not clip at all); it
@@ -60,7 +60,6 @@ full k x l W, and the suite's splits.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -68,39 +67,28 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
-from fairbench.errors import ConfigError
-from fairbench.methods.base import (
-    Device,
-    FairnessSpec,
-    Fitted,
-    Method,
-    TrainingHparams,
-    Trial,
-    resolve_device,
-)
+from fairbench.methods.base import CalibratedHparams, FairnessSpec, Method, Trial
 from fairbench.methods.engine import (
-    Schedule,
+    Outcome,
     StackedData,
-    StackedProgram,
+    TrainingProgram,
     calibrated,
-    check_one_free_quantity,
     exact_sums,
     expected_batch,
     init_models,
-    one_schedule,
     uncalibrated,
 )
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import DataShape, Plan
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.contributions import StackedScattered
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import Guarantee, PrivacyNotion, PrivacySession
-from fairbench.privacy.stacked import StackedBatches, gaussian_sums, poisson_rounds
-from fairbench.task import Task
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums
+from fairbench.streams import numpy_stream
 
-CONSTRAINTS = ("demographic_parity", "equalized_odds")
 THETA = "dp-fermi: Gaussian sum of clipped theta-gradients"
 W_LABEL = "dp-fermi: Gaussian sum of clipped W-gradients"
 COUNTS = "dp-fermi: Gaussian group counts for the marginals p(s)"
@@ -177,7 +165,7 @@ def project_rows(w: torch.Tensor, radius: float) -> torch.Tensor:
     return w * (radius / norms).clamp(max=1.0)[..., None, None]
 
 
-class DPFermiHparams(TrainingHparams):
+class DPFermiHparams(CalibratedHparams):
     # The paper (Appendix F.2.1) uses batch 1024, 200 epochs, learning rates in [0.005, 0.01]
     # and clip and diameter in [1, 5]; configs/fig-dp-fermi.yaml reproduces that. Under the
     # full notion at eps = 1 on Adult (validation, 2 seeds), 40 epochs at step 0.1 trade better:
@@ -209,21 +197,13 @@ class DPFermiHparams(TrainingHparams):
         description="group marginals p(s): private (Gaussian counts) or public (exact counts)",
     )
     marginal_noise: float = Field(100.0, gt=0, description="Gaussian std per group count")
-    calibrate: Literal["noise", "steps"] = Field(
-        "noise",
-        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
-    )
-    noise_multiplier: float | None = Field(
-        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
-    )
     iterate: Literal["last", "random"] = Field(
         "last",
         description="model returned: the last iterate or a uniformly drawn one (the analysis')",
     )
 
     @model_validator(mode="after")
-    def _one_free_quantity(self):
-        check_one_free_quantity(self)
+    def _paper_accounting_is_sensitive(self):
         if self.sensitive_accounting == "paper" and self.privacy_notion != "sensitive-attribute":
             raise ValueError("sensitive_accounting: paper goes with sensitive-attribute")
         return self
@@ -237,10 +217,16 @@ class DPFermi(Method):
         "Lowy, Gupta, Razaviyayn (2023): Stochastic Differentially Private and Fair "
         "Learning. ICLR 2023"
     )
-    constraints = CONSTRAINTS
-    knob = Knob("lambda", "weight of the ERMI fairness penalty", Direction.STRICTER, low=0.0)
+    constraints = ("demographic_parity", "equalized_odds")
+    knob = Knob(
+        "lambda", "weight of the ERMI fairness penalty", Direction.STRICTER, low=0.0, typical=1.0
+    )
     Hparams = DPFermiHparams
     hparams: DPFermiHparams
+
+    @property
+    def sensitive(self) -> bool:
+        return self.hparams.privacy_notion == "sensitive-attribute"
 
     def guarantee(self) -> Guarantee:
         """The `privacy_notion`, and the group marginals read exactly under `marginals:
@@ -253,20 +239,19 @@ class DPFermi(Method):
         )
         return Guarantee(notion, ("marginals",) if public else (), because)
 
-    def _count_event(self, lam: float) -> dp_event.DpEvent | None:
+    def _count_event(self, lam: float) -> dp_event.GaussianDpEvent | None:
         """The group-count release behind p(s), or None when it is not run (lambda = 0: psi
         has no weight) or the marginals are declared public."""
         hp = self.hparams
         if lam == 0 or hp.marginals == "public":
             return None
         # add/remove moves one count by 1; a group substitution moves two, l2 distance sqrt 2
-        moved = math.sqrt(2) if hp.privacy_notion == "sensitive-attribute" else 1.0
+        moved = math.sqrt(2) if self.sensitive else 1.0
         return dp_event.GaussianDpEvent(hp.marginal_noise / moved)
 
-    def _marginals(self, session: PrivacySession, cell, s, shape, event) -> torch.Tensor:
-        """p(s | cell) for each cell, from exact or Gaussian-noised counts (uniform, unused,
-        when lambda = 0)."""
-        cells = cell * shape[1] + s
+    def _marginals(self, session: PrivacySession, cells, shape, event) -> torch.Tensor:
+        """p(s | cell) for each cell, from exact or Gaussian-noised counts of the records'
+        (cell, group) `cells` (uniform, unused, when lambda = 0)."""
         if event is not None:
             noisy = session.gaussian_counts(COUNTS, event.noise_multiplier)(cells, math.prod(shape))
             counts = noisy.reshape(shape).clamp(min=1.0)
@@ -276,125 +261,84 @@ class DPFermi(Method):
             counts = torch.ones(shape, dtype=torch.float64, device=cells.device)
         return counts / counts.sum(dim=1, keepdim=True)
 
-    def schedule(self, n: int, privacy: PrivacyBudget, shape: StepShape) -> Schedule:
-        """Sampling rate, steps and noise multiplier meeting the budget on n records."""
-        if shape.gaussians == 0:  # nothing private is released per step
-            return uncalibrated(self.hparams, n)
-        return calibrated(self.hparams, n, privacy, None, shape)
-
-    def _shape(self, lam: float, count_event) -> StepShape:
-        """theta's release, W's release when lambda > 0; under the sensitive-attribute notion
-        theta's release carries nothing group-dependent when lambda = 0."""
-        hp = self.hparams
-        sensitive = hp.privacy_notion == "sensitive-attribute"
-        releases = 2 if lam > 0 else (0 if sensitive else 1)
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """Per step theta's Gaussian sum and, when lambda > 0, W's, on one Poisson batch (under
+        the sensitive-attribute notion theta's carries nothing group-dependent when lambda =
+        0), and the counts once. With `iterate: random` only the steps up to the drawn iterate
+        are run and planned (the draw, from the trial's stream "iterate", is independent of
+        the data; the noise stays calibrated for all the steps). lambda = 0 and lambda > 0,
+        and each drawn iterate, plan differently: they run in separate stacks."""
+        hp, lam = self.hparams, float(fairness.knob)
+        counts = self._count_event(lam)
+        releases = 2 if lam > 0 else (0 if self.sensitive else 1)
         paper = hp.sensitive_accounting == "paper"
-        return StepShape(releases, sensitive and not paper, count_event)
-
-    def plan(self, schedule: Schedule, shape: StepShape, steps: int) -> PrivacyLedger:
-        """`steps` rounds of the step's Gaussian sums on one Poisson batch, and the counts."""
-        plan = PrivacyLedger()
-        sensitive = self.hparams.privacy_notion == "sensitive-attribute"
-        if shape.gaussians:
-            plan.record(
-                THETA,
-                sgd_steps(
-                    schedule.sampling_rate,
-                    schedule.noise_multiplier,
-                    steps,
-                    None,
-                    shape.gaussians,
-                    sensitive,
-                ),
-            )
-        if shape.extra is not None:
-            plan.record(COUNTS, shape.extra)
-        return plan
-
-    def _check(self, fairness: FairnessSpec) -> float:
-        if fairness.knob is None or fairness.knob < 0:
-            raise ConfigError(f"method {self.name} needs lambda values >= 0: give it `knobs`")
-        if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
-            raise ConfigError(
-                f"method {self.name} supports the constraints {', '.join(CONSTRAINTS)}; "
-                f"got {fairness.constraint!r}"
-            )
-        return float(fairness.knob)
+        step_shape = StepShape(releases, self.sensitive and not paper, counts)
+        if releases == 0:  # nothing private is released per step
+            schedule = uncalibrated(hp, shape.n)
+        else:
+            schedule = calibrated(hp, shape.n, target, None, step_shape)
+        q, sigma = schedule.sampling_rate, schedule.noise_multiplier
+        rounds = None
+        if hp.iterate == "random":
+            rounds = int(numpy_stream(seed, "iterate").integers(1, schedule.steps + 1))
+        steps = rounds or schedule.steps
+        ledger = PrivacyLedger()
+        if releases:
+            ledger.record(THETA, sgd_steps(q, sigma, steps, None, releases, self.sensitive))
+        if counts is not None:
+            ledger.record(COUNTS, counts)
+        info = {
+            **schedule.info(),
+            "clip_norm": hp.clip_norm,
+            "clip_norm_w": hp.clip_norm_w,
+            "releases_per_step": releases,
+        }
+        if self.sensitive and releases:
+            amplified = sgd_steps(q, sigma, schedule.steps, None, releases)
+            if counts is not None:
+                amplified = dp_event.ComposedDpEvent([amplified, counts])
+            info["epsilon_paper_analysis"] = epsilon(amplified, target.delta)
+        info["returned_iterate"] = steps
+        noise = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
+        cells = shape.n_classes if fairness.constraint == "equalized_odds" else 1
+        budget = schedule.budget(steps, **noise)
+        return Plan(ledger, schedule, rounds, budget, info, {"cells": cells})
 
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
-    def _program(self, trials: list[Trial], steps: int | None = None) -> StackedProgram:
-        """Submit each trial's plan (for `steps`, default all) and draw its marginals. The
-        trials must share the schedule: their lambdas all 0 or all > 0 (`train_stack`)."""
-        hp, dev = self.hparams, trials[0].session.device
-        lams = [self._check(t.fairness) for t in trials]
-        if (
-            len({(lam > 0, t.fairness.constraint) for lam, t in zip(lams, trials, strict=True)})
-            != 1
-        ):
-            raise ValueError("stacked dp-fermi trials need one constraint, lambdas all 0 or > 0")
-        positive = lams[0] > 0
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """Each trial's marginals (its count release), then per round every trial's update on
+        its own batch: noisy descent on theta, noisy projected ascent on W (not when lambda =
+        0). The trials' lambdas are all 0 or all > 0 (their plans are equal)."""
+        hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
+        lams = [float(t.fairness.knob) for t in trials]
+        positive, sensitive = lams[0] > 0, self.sensitive
         models = init_models(hp, trials)
         stack = stack_models(models)
         data = StackedData([t.task for t in trials], dev)
         s = data.per_record(lambda task: task.train.s, torch.int64)
         task = trials[0].task
-        n, k, l = data.n, task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
-        n_cells = l if trials[0].fairness.constraint == "equalized_odds" else 1
+        n_cells, k, l = plan.details["cells"], task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
         cell = data.y if n_cells > 1 else torch.zeros_like(data.y)
-        shape = self._shape(lams[0], self._count_event(lams[0]))
-        schedule = one_schedule([self.schedule(n, t.session.budget, shape) for t in trials])
-        plan = self.plan(schedule, shape, steps or schedule.steps)
-        marginals = []
-        for t, trial in enumerate(trials):
-            trial.session.submit_plan(plan, self.guarantee())
-            cells, groups = data.trial_rows(cell, t), data.trial_rows(s, t)
-            marginals.append(
-                self._marginals(trial.session, cells, groups, (n_cells, k), shape.extra)
-            )
+        part, event = cell * k + s, self._count_event(lams[0])  # each record's (cell, group)
+        marginals = [
+            self._marginals(t.session, data.trial_rows(part, i), (n_cells, k), event)
+            for i, t in enumerate(trials)
+        ]
         inv_sqrt_p = torch.stack([p.rsqrt().to(dev, torch.float32) for p in marginals])
-        step, final_w = self._step(
-            stack,
-            data,
-            (s, cell),
-            inv_sqrt_p,
-            lams,
-            schedule,
-            [t.session for t in trials],
-            positive,
-        )
-
-        def report() -> list[dict]:
-            norms = final_w().flatten(-2).norm(dim=-1).cpu().tolist()
-            return [
-                {"w_norm": w_norm, "marginals": p.cpu().tolist()}
-                for w_norm, p in zip(norms, marginals, strict=True)
-            ]
-
-        return StackedProgram(models, schedule, step, report)
-
-    def _step(self, stack, data, per_record, inv_sqrt_p, lams, schedule, sessions, positive):
-        """One round's update of every trial, each on its own batch: noisy descent on theta,
-        noisy projected ascent on W (not when lambda = 0)."""
-        hp = self.hparams
-        s, cell = per_record
-        n_trials, (n_cells, k), l = len(lams), inv_sqrt_p.shape[1:], data.tasks[0].n_classes  # noqa: E741
-        sensitive = hp.privacy_notion == "sensitive-attribute"
-        theta_sums = [
-            x.gaussian_sum(THETA, hp.clip_norm, schedule.noise_multiplier) for x in sessions
-        ]
-        w_sums = [
-            x.gaussian_sum(W_LABEL, hp.clip_norm_w, schedule.noise_multiplier) for x in sessions
-        ]
-        dev = data.device
-        w = torch.zeros((n_trials, n_cells, k, l), device=dev)
+        sigma = schedule.noise_multiplier
+        theta_sums = [t.session.gaussian_sum(THETA, hp.clip_norm, sigma) for t in trials]
+        w_sums = [t.session.gaussian_sum(W_LABEL, hp.clip_norm_w, sigma) for t in trials]
+        w = torch.zeros((len(trials), n_cells, k, l), device=dev)
         radius, scale = hp.w_diameter / 2, expected_batch(schedule, data.n)
         lam = torch.tensor(lams, dtype=torch.float32, device=dev).unsqueeze(1)  # (T, 1)
         ascent = torch.tensor(
             [hp.lr_w * x / scale for x in lams], dtype=torch.float32, device=dev
         ).view(-1, 1, 1, 1)
-        first_cell = torch.arange(n_trials, device=dev).unsqueeze(1) * n_cells
+        first_cell = torch.arange(len(trials), device=dev).unsqueeze(1) * n_cells
         flat_p = inv_sqrt_p.reshape(-1)
 
         def step(round_: StackedBatches) -> None:
@@ -438,102 +382,15 @@ class DPFermi(Method):
                 total = gaussian_sums(w_sums, scattered(public_w + group_w), batches)[0]
             w = project_rows(w + ascent * total, radius)
 
-        return step, lambda: w
+        def outcomes() -> list[Outcome]:
+            paper = hp.sensitive_accounting == "paper"
+            notion = self.guarantee().label + (" (paper analysis)" if paper else "")
+            norms = w.flatten(-2).norm(dim=-1).cpu().tolist()
+            accounting = "paper-analysis" if paper else "suite"
+            return [
+                Outcome({"lambda": x, "w_norm": w_norm, "marginals": p.cpu().tolist()},
+                        privacy_notion=notion, target_accounting=accounting)
+                for x, w_norm, p in zip(lams, norms, marginals, strict=True)
+            ]  # fmt: skip
 
-    def _info(self, schedule: Schedule, shape: StepShape, lam: float, privacy) -> dict:
-        hp = self.hparams
-        info = {
-            **schedule.info(),
-            "clip_norm": hp.clip_norm,
-            "clip_norm_w": hp.clip_norm_w,
-            "lambda": lam,
-            "releases_per_step": shape.gaussians,
-        }
-        if hp.privacy_notion == "sensitive-attribute" and shape.gaussians:
-            amplified = sgd_steps(
-                schedule.sampling_rate,
-                schedule.noise_multiplier,
-                schedule.steps,
-                None,
-                shape.gaussians,
-            )
-            if shape.extra is not None:
-                amplified = dp_event.ComposedDpEvent([amplified, shape.extra])
-            info["epsilon_paper_analysis"] = epsilon(amplified, privacy.delta)
-        return info
-
-    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
-        """The last iterate, or with `iterate: random` a uniformly drawn one: the draw is
-        independent of the data, so only the steps run are planned and recorded (the noise
-        stays calibrated for all of them). Trials run in sub-stacks of one schedule and one
-        step count: lambda = 0 apart from lambda > 0 (their releases differ), and under
-        `iterate: random` each drawn step count apart."""
-        hp = self.hparams
-        chosen: list[int | None] = []
-        for trial in trials:
-            lam = self._check(trial.fairness)
-            full = self.schedule(
-                len(trial.task.train),
-                trial.session.budget,
-                self._shape(lam, self._count_event(lam)),
-            )
-            draw = None
-            if hp.iterate == "random":
-                draw = int(trial.session.rng("iterate").integers(1, full.steps + 1))
-            chosen.append(draw)
-        groups: dict[tuple, list[int]] = {}
-        for i, trial in enumerate(trials):
-            key = (trial.fairness.constraint, self._check(trial.fairness) > 0, chosen[i])
-            groups.setdefault(key, []).append(i)
-        fits: list[Fitted | None] = [None] * len(trials)
-        for (_, _, steps), members in groups.items():
-            for i, fitted in zip(
-                members, self._train_together([trials[i] for i in members], steps), strict=True
-            ):
-                fits[i] = fitted
-        return fits
-
-    def _train_together(self, trials: list[Trial], chosen: int | None) -> list[Fitted]:
-        """Trials of one schedule, `chosen` steps (None: all), as one stacked program."""
-        hp = self.hparams
-        program = self._program(trials, chosen)
-        schedule = program.schedule
-        chosen = chosen or schedule.steps
-        sessions = [t.session for t in trials]
-        next_round = poisson_rounds(sessions, len(trials[0].task.train), schedule.sampling_rate)
-        for _ in range(chosen):  # the iterates after the chosen one are never looked at
-            program.step(next_round())
-        lams = [self._check(t.fairness) for t in trials]
-        shape = self._shape(lams[0], self._count_event(lams[0]))
-        shared = self._info(schedule, shape, lams[0], trials[0].session.budget)
-        counts = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
-        paper = hp.sensitive_accounting == "paper"
-        notion = self.guarantee().label + (" (paper analysis)" if paper else "")
-        fits = []
-        for model, trial, lam, report in zip(
-            program.models, trials, lams, program.report(), strict=True
-        ):
-            info = {**shared, "lambda": lam, "returned_iterate": chosen, **report}
-            fits.append(
-                Fitted(
-                    model,
-                    trial.session.device,
-                    privacy_notion=notion,
-                    info=info,
-                    target_accounting="paper-analysis" if paper else "suite",
-                    budget=schedule.budget(chosen, **counts),
-                )
-            )
-        return fits
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        return self.train_stack([Trial(task, fairness, session)])[0]
-
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        session = PrivacySession(seed, resolve_device(device), privacy)
-        trial = Trial(task, FairnessSpec("demographic_parity", 1.0), session)
-        program = self._program([trial])
-        next_round = poisson_rounds([session], len(task.train), program.schedule.sampling_rate)
-        return lambda: program.step(next_round())
+        return TrainingProgram(models, step, outcomes)

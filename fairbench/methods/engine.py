@@ -30,7 +30,7 @@ from torch import nn
 
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Device, FairnessSpec, Fitted, Method, TrainingHparams, Trial
-from fairbench.methods.plan import DataShape, Plan, Schedule
+from fairbench.methods.plan import Budget, DataShape, Plan, Schedule
 from fairbench.models import build_model
 from fairbench.privacy import (
     PrivacyBudget,
@@ -277,19 +277,22 @@ class Outcome:
     derived: np.ndarray | None = None
     privacy_notion: str | None = None
     target_accounting: str = "suite"
+    budget: Budget | None = None  # what ran, when only training could tell (else the plan's)
 
 
 @dataclass(frozen=True)
 class TrainingProgram:
     """T trials that share a plan, ready to run as one: each trial's model (views into
     stacked parameters where the method stacks), the step over one round of their batches
-    (drawn by the engine from each trial's session), and each trial's `Outcome` afterwards.
-    `run`, where set, is the method's own loop instead of the engine's (an adaptive plan)."""
+    (drawn by the engine from each trial's session, among its `n` first records: by default
+    all its training records), and each trial's `Outcome` afterwards. `run`, where set, is
+    the method's own loop instead of the engine's (an adaptive plan, a non-gradient fit)."""
 
     models: list[nn.Module]
     step: Callable[[StackedBatches], None] | None = None
     outcomes: Callable[[], list[Outcome]] | None = None
     run: Callable[[], None] | None = None
+    n: int | None = None
 
 
 def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
@@ -317,11 +320,13 @@ def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
         if program.run is not None:
             program.run()
         else:
-            next_round = rounds([t.session for t in group], len(group[0].task.train), plan)
+            n = len(group[0].task.train) if program.n is None else program.n
+            next_round = rounds([t.session for t in group], n, plan)
             for _ in range(plan.loop_rounds):
                 program.step(next_round())
         outcomes = program.outcomes() if program.outcomes else [Outcome() for _ in group]
-        for i, trial, model, outcome in zip(members, group, program.models, outcomes, strict=True):
+        models = program.models or [None] * len(group)  # a fit of its own names its model
+        for i, trial, model, outcome in zip(members, group, models, outcomes, strict=True):
             fits[i] = Fitted(
                 outcome.model if outcome.model is not None else model,
                 trial.session.device,
@@ -330,7 +335,7 @@ def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
                 target_accounting=outcome.target_accounting,
                 components=outcome.components,
                 weights=outcome.weights,
-                budget=plan.budget,
+                budget=outcome.budget if outcome.budget is not None else plan.budget,
                 derived=outcome.derived,
             )
     return fits  # type: ignore[return-value]
@@ -359,7 +364,7 @@ def one_step(
     plan = method.plan(DataShape.of(task), session.budget, trial.fairness, seed)
     session.submit_plan(plan.ledger, method.guarantee())
     program = method.program([trial], plan)
-    next_round = rounds([session], len(task.train), plan)
+    next_round = rounds([session], len(task.train) if program.n is None else program.n, plan)
     step = program.step
     assert step is not None
     return lambda: step(next_round())

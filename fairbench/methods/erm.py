@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from fairbench.methods.base import (
-    Device,
-    FairnessSpec,
-    Fitted,
-    Method,
-    TrainingHparams,
-    resolve_device,
-)
-from fairbench.methods.engine import Program, Schedule, init_model, train_tensors
+from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
+from fairbench.methods.engine import TrainingProgram, init_model, train_tensors
+from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import PrivacyBudget
-from fairbench.privacy.session import Batch, PrivacySession
-from fairbench.task import Task
+from fairbench.privacy.stacked import StackedBatches
 
 
 class ERMHparams(TrainingHparams):
@@ -41,36 +33,27 @@ class ERM(Method):
     Hparams = ERMHparams
     hparams: ERMHparams
 
-    def _program(self, task: Task, session: PrivacySession) -> Program:
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """`epochs` of shuffled mini-batches; nothing released."""
         hp = self.hparams
-        model = init_model(hp, task, session)
-        x, y = train_tensors(task, session.device)
-        optimiser = torch.optim.SGD(model.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        steps = math.ceil(hp.epochs * shape.n / hp.batch_size)
+        schedule = Schedule(min(1.0, hp.batch_size / shape.n), steps, shuffle=hp.batch_size)
+        return Plan(schedule=schedule, budget=schedule.budget(), info={"steps": steps})
 
-        def step(batch: Batch) -> None:
-            idx = batch.indices
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        (trial,) = trials
+        hp = self.hparams
+        model = init_model(hp, trial.task, trial.session)
+        x, y = train_tensors(trial.task, trial.session.device)
+        optimiser = torch.optim.SGD(model.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        model.train()
+
+        def step(round_: StackedBatches) -> None:
+            idx = round_.batches[0].indices
             optimiser.zero_grad(set_to_none=True)
             F.cross_entropy(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
             optimiser.step()
 
-        steps = math.ceil(hp.epochs * len(y) / hp.batch_size)
-        return Program(model, Schedule(min(1.0, hp.batch_size / len(y)), steps), step)
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        program = self._program(task, session)
-        program.model.train()
-        next_batch = session.shuffled(len(task.train), self.hparams.batch_size)
-        for _ in range(program.schedule.steps):
-            program.step(next_batch())
-        steps = program.schedule.steps
-        return Fitted(
-            program.model, session.device, info={"steps": steps}, budget=program.schedule.budget()
-        )
-
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        session = PrivacySession(seed, resolve_device(device))
-        program = self._program(task, session)
-        next_batch = session.shuffled(len(task.train), self.hparams.batch_size)
-        return lambda: program.step(next_batch())
+        return TrainingProgram([model], step)

@@ -43,17 +43,11 @@ from pydantic import Field, field_validator
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import (
-    Budget,
-    Device,
-    FairnessSpec,
-    Fitted,
-    Hparams,
-    Method,
-)
+from fairbench.methods.base import Device, FairnessSpec, Hparams, Method, Trial
+from fairbench.methods.engine import Outcome, TrainingProgram
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import Budget, DataShape, Plan
 from fairbench.privacy import PrivacyBudget
-from fairbench.privacy.session import PrivacySession
 from fairbench.task import Task
 
 MOMENTS = {
@@ -125,6 +119,7 @@ class FairlearnEG(Method):
         low=0.0,
         low_inclusive=False,
         rate_tolerance=True,
+        typical=0.05,
     )
     Hparams = FairlearnEGHparams
     hparams: FairlearnEGHparams
@@ -140,18 +135,24 @@ class FairlearnEG(Method):
         hp = self.hparams
         return LogisticRegression(C=hp.C, max_iter=hp.lr_max_iter, random_state=seed)
 
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """Nothing released; a fit of its own (no batches): fairlearn's reduction."""
+        if shape.n_classes != 2:
+            raise ConfigError(f"method {self.name} handles binary classification tasks only")
+        return Plan()
+
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        (trial,) = trials
+        fitted: list[Outcome] = []
+        return TrainingProgram([], run=lambda: fitted.append(self._fit(trial)),
+                               outcomes=lambda: fitted)  # fmt: skip
+
+    def _fit(self, trial: Trial) -> Outcome:
         from fairlearn import reductions
 
-        if fairness.constraint not in MOMENTS or fairness.definition is not None:
-            raise ConfigError(
-                f"method {self.name} supports {', '.join(MOMENTS)} (fairlearn has no "
-                f"counterpart of {fairness.constraint!r}); got {fairness.constraint!r}"
-            )
-        if task.n_classes != 2:
-            raise ConfigError(f"method {self.name} handles binary classification tasks only")
-        if fairness.knob is None or fairness.knob <= 0:
-            raise ConfigError(f"method {self.name} needs difference_bound values > 0: `knobs`")
+        task, fairness, session = trial.task, trial.fairness, trial.session
         hp, bound = self.hparams, float(fairness.knob)
         moment = getattr(reductions, MOMENTS[fairness.constraint])(difference_bound=bound)
         eg = reductions.ExponentiatedGradient(
@@ -183,10 +184,8 @@ class FairlearnEG(Method):
         # a step here is one oracle call: a full-data logistic-regression fit
         budget = Budget(int(eg.n_oracle_calls_))
         if len(rules) == 1:  # a one-component mixture is a deterministic classifier
-            return Fitted(rules[0], dev, info=info, budget=budget)
-        return Fitted(
-            rules[-1], dev, info=info, components=rules, weights=weights.tolist(), budget=budget
-        )
+            return Outcome(info, rules[0], budget=budget)
+        return Outcome(info, rules[-1], components=rules, weights=weights.tolist(), budget=budget)
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

@@ -88,7 +88,6 @@ No paper bound is reported: its theorem was not available to us.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -97,43 +96,26 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
-from fairbench.errors import ConfigError
-from fairbench.methods.base import (
-    Device,
-    FairnessSpec,
-    Fitted,
-    Method,
-    TrainingHparams,
-    Trial,
-    resolve_device,
-)
+from fairbench.methods.base import CalibratedHparams, FairnessSpec, Method, Trial
 from fairbench.methods.engine import (
-    Schedule,
+    Outcome,
     StackedData,
-    StackedProgram,
+    TrainingProgram,
     calibrated,
-    check_one_free_quantity,
     exact_sums,
     expected_batch,
     init_models,
-    one_schedule,
 )
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacySession
-from fairbench.privacy.stacked import (
-    StackedBatches,
-    gaussian_sums,
-    laplace_histograms,
-    poisson_rounds,
-)
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums, laplace_histograms
 from fairbench.task import Task
 
-CONSTRAINTS = ("demographic_parity", "equalized_odds", "accuracy_parity")
 GRADIENT = "pf-ld: Gaussian sum of clipped Lagrangian gradients"
 GROUP_GRADIENT = "pf-ld: Gaussian sum of clipped group-dependent constraint gradients"
 HISTOGRAM = "pf-ld: Laplace histogram of the dual statistics"
@@ -284,7 +266,7 @@ class Dual:
         return torch.gather(table, 1, index.unsqueeze(-1).expand(-1, -1, table.shape[-1]))
 
 
-class PFLDHparams(TrainingHparams):
+class PFLDHparams(CalibratedHparams):
     # Adult, eps 1, validation, 2 seeds, these defaults (dp-sgd: error 0.149, DP gap 0.164):
     # demographic parity alpha 0 / 0.02 / 0.05 -> error 0.198 / 0.162 / 0.154, gap 0.060 /
     # 0.027 / 0.058. Equalized odds wants a smaller dual step: lr_dual 0.3 at alpha 0 gives
@@ -317,15 +299,10 @@ class PFLDHparams(TrainingHparams):
     privacy_notion: Literal["full", "sensitive-attribute"] = Field(
         "full", description="full: DP of the whole record; sensitive-attribute: of the group only"
     )
-    calibrate: Literal["noise", "steps"] = Field(
-        "noise",
-        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
-    )
     noise_multiplier: float | None = Field(None, gt=0, description="fixed with calibrate: steps")
 
     @model_validator(mode="after")
-    def _one_free_quantity(self):
-        check_one_free_quantity(self)
+    def _sensitive_calibrates_noise(self):
         if self.privacy_notion == "sensitive-attribute" and self.calibrate == "steps":
             raise ValueError(
                 "privacy_notion sensitive-attribute needs calibrate: noise (its number of "
@@ -342,13 +319,15 @@ class PFLD(Method):
         "Tran, Fioretto, Van Hentenryck (2021): Differentially Private and Fair Deep "
         "Learning: A Lagrangian Dual Approach. AAAI 2021"
     )
-    constraints = CONSTRAINTS
+    constraints = ("demographic_parity", "equalized_odds", "accuracy_parity")
     knob = Knob(
         "alpha",
         "tolerance on each group-vs-population gap (0: the paper's)",
         Direction.LOOSER,
         low=0.0,
         rate_tolerance=True,
+        required=False,  # None: 0, the paper's
+        typical=0.0,
     )
     reconstructed = (
         "final PF-LD code (DPFairModel_v2/v3) not public, paper full text unavailable: structure "
@@ -365,72 +344,72 @@ class PFLD(Method):
         """Steps per epoch: the dual update's period."""
         return max(1, round(n / self.hparams.batch_size))
 
-    def dual_releases(self, n: int, steps: int) -> int:
-        """Full-data dual releases of the sensitive-attribute notion (0 under the full one)."""
-        return steps // self.period(n) if self.sensitive else 0
+    def _dual_event(self, n: int, steps: int) -> dp_event.DpEvent | None:
+        """The sensitive-attribute notion's full-data dual releases, one per epoch (None
+        under the full notion, or when no epoch ends)."""
+        releases = steps // self.period(n) if self.sensitive else 0
+        if not releases:
+            return None
+        return dp_event.SelfComposedDpEvent(
+            dp_event.LaplaceDpEvent(self.hparams.dual_scale), releases
+        )
 
-    def schedule(self, n: int, privacy: PrivacyBudget) -> Schedule:
-        """Sampling rate, steps and noise multiplier meeting the budget on n records."""
-        hp = self.hparams
-        if self.sensitive:
-            steps = max(1, round(hp.epochs / min(1.0, hp.batch_size / n)))
-            releases = self.dual_releases(n, steps)
-            dual = (
-                dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(hp.dual_scale), releases)
-                if releases
-                else None
-            )
-            return calibrated(hp, n, privacy, None, StepShape(1, True, dual))
-        counts = StepShape(1, False, dp_event.LaplaceDpEvent(hp.count_scale))
-        return calibrated(hp, n, privacy, hp.laplace_scale, counts)
-
-    def plan(self, schedule: Schedule, n: int) -> PrivacyLedger:
+    def _ledger(self, schedule: Schedule, n: int) -> PrivacyLedger:
         """The ledger the module docstring gives for the trial's notion."""
-        hp, plan = self.hparams, PrivacyLedger()
+        hp, ledger = self.hparams, PrivacyLedger()
         q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
         if not self.sensitive:
-            plan.record(f"{HISTOGRAM} + {GRADIENT}", sgd_steps(q, sigma, steps, hp.laplace_scale))
-            plan.record(COUNTS, dp_event.LaplaceDpEvent(hp.count_scale))
-            return plan
-        plan.record(GROUP_GRADIENT, sgd_steps(q, sigma, steps, None, 1, True))
-        releases = self.dual_releases(n, steps)
-        if releases:
-            plan.record(
-                HISTOGRAM,
-                dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(hp.dual_scale), releases),
-            )
-        return plan
+            ledger.record(f"{HISTOGRAM} + {GRADIENT}", sgd_steps(q, sigma, steps, hp.laplace_scale))
+            ledger.record(COUNTS, dp_event.LaplaceDpEvent(hp.count_scale))
+            return ledger
+        ledger.record(GROUP_GRADIENT, sgd_steps(q, sigma, steps, None, 1, True))
+        dual = self._dual_event(n, steps)
+        if dual is not None:
+            ledger.record(HISTOGRAM, dual)
+        return ledger
 
-    def _alpha(self, fairness: FairnessSpec) -> float:
-        if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
-            raise ConfigError(
-                f"method {self.name} supports the constraints {', '.join(CONSTRAINTS)}; "
-                f"got {fairness.constraint!r}"
-            )
-        self.knob.validate(fairness.knob, method=self.name)
-        return 0.0 if fairness.knob is None else float(fairness.knob)  # None: the paper's
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """Sampling rate, steps and noise multiplier meeting the target on n records, and the
+        ledger of the trial's notion."""
+        hp, n = self.hparams, shape.n
+        if self.sensitive:
+            steps = max(1, round(hp.epochs / min(1.0, hp.batch_size / n)))
+            step_shape = StepShape(1, True, self._dual_event(n, steps))
+            schedule = calibrated(hp, n, target, None, step_shape)
+        else:
+            step_shape = StepShape(1, False, dp_event.LaplaceDpEvent(hp.count_scale))
+            schedule = calibrated(hp, n, target, hp.laplace_scale, step_shape)
+        key, scale = ("dual", hp.dual_scale) if self.sensitive else ("laplace", hp.laplace_scale)
+        counts = {} if self.sensitive else {"count": hp.count_scale}
+        info = {
+            **schedule.info(),
+            "clip_norm": hp.clip_norm,
+            f"{key}_scale": scale,
+            **{f"{k}_scale": v for k, v in counts.items()},
+            "dual_period_steps": self.period(n),
+        }
+        budget = schedule.budget(**{key: scale, **counts})
+        details = {"constraint": fairness.constraint}
+        return Plan(self._ledger(schedule, n), schedule, budget=budget, info=info, details=details)
 
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
-    def _program(self, trials: list[Trial]) -> StackedProgram:
-        """Submit each trial's plan, release its counts, and build the step."""
-        hp, dev = self.hparams, trials[0].session.device
-        alphas = [self._alpha(t.fairness) for t in trials]
-        if len({t.fairness.constraint for t in trials}) != 1:
-            raise ValueError("stacked pf-ld trials need one constraint")
-        layout = Layout.of(trials[0].fairness.constraint, trials[0].task)
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """Each trial's counts (full notion: one Laplace release), then the notion's step."""
+        hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
+        alphas = [0.0 if t.fairness.knob is None else float(t.fairness.knob) for t in trials]
+        layout = Layout.of(plan.details["constraint"], trials[0].task)
         models = init_models(hp, trials)
         stack = stack_models(models)
         data = StackedData([t.task for t in trials], dev)
         s = data.per_record(lambda task: task.train.s, torch.int64)
         cell = data.y if layout.n_cells > 1 else torch.zeros_like(data.y)
         part = cell * layout.n_groups + s
-        schedule = one_schedule([self.schedule(data.n, t.session.budget) for t in trials])
-        plan = self.plan(schedule, data.n)
         counts = []
         for t, trial in enumerate(trials):
-            trial.session.submit_plan(plan, self.guarantee())
             if self.sensitive:  # the counts come with each epoch's dual release
                 counts.append(torch.ones((layout.n_cells, layout.n_groups), device=dev))
                 continue
@@ -449,10 +428,11 @@ class PFLD(Method):
         else:
             step = self._full_step(stack, data, layout, (cell, part), dual, schedule, sessions)
 
-        def report() -> list[dict]:
+        def outcomes() -> list[Outcome]:
             return [
-                {"lambda": lam, "last_noisy_gap": gap, "noisy_counts": n_hat}
-                for lam, gap, n_hat in zip(
+                Outcome({"alpha": a, "lambda": lam, "last_noisy_gap": gap, "noisy_counts": n_hat})
+                for a, lam, gap, n_hat in zip(
+                    alphas,
                     dual.lam.flatten(1).cpu().tolist(),
                     dual.gap.flatten(1).cpu().tolist(),
                     dual.counts.flatten(1).cpu().tolist(),
@@ -460,7 +440,7 @@ class PFLD(Method):
                 )
             ]
 
-        return StackedProgram(models, schedule, step, report)
+        return TrainingProgram(models, step, outcomes)
 
     def _full_step(self, stack, data, layout, per_record, dual, schedule, sessions):
         """Per step: the dual histogram and the clipped Lagrangian gradients, both noised,
@@ -553,44 +533,3 @@ class PFLD(Method):
                 dual.update(hist, hp.min_count, fresh_counts=True)
 
         return step
-
-    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
-        hp = self.hparams
-        program = self._program(trials)
-        schedule = program.schedule
-        next_round = poisson_rounds(
-            [t.session for t in trials], len(trials[0].task.train), schedule.sampling_rate
-        )
-        for _ in range(schedule.steps):
-            program.step(next_round())
-        key, scale = ("dual", hp.dual_scale) if self.sensitive else ("laplace", hp.laplace_scale)
-        counts = {} if self.sensitive else {"count": hp.count_scale}
-        budget = schedule.budget(**{key: scale, **counts})
-        shared = {
-            **schedule.info(),
-            "clip_norm": hp.clip_norm,
-            f"{key}_scale": scale,
-            **{f"{k}_scale": v for k, v in counts.items()},
-            "dual_period_steps": self.period(len(trials[0].task.train)),
-        }
-        return [
-            Fitted(
-                model,
-                t.session.device,
-                budget=budget,
-                info={**shared, "alpha": self._alpha(t.fairness), **report},
-            )
-            for model, t, report in zip(program.models, trials, program.report(), strict=True)
-        ]
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        return self.train_stack([Trial(task, fairness, session)])[0]
-
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        session = PrivacySession(seed, resolve_device(device), privacy)
-        trial = Trial(task, FairnessSpec("demographic_parity", 0.0), session)
-        program = self._program([trial])
-        next_round = poisson_rounds([session], len(task.train), program.schedule.sampling_rate)
-        return lambda: program.step(next_round())
