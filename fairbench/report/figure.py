@@ -61,24 +61,45 @@ def legend_outside(fig: Figure, axes: Iterable[Axes], extra: dict[str, Any] | No
             entries.setdefault(label, handle)
     entries.update(extra or {})
     if entries:
-        fig.legend(
+        legend = fig.legend(
             entries.values(),
             entries.keys(),
             fontsize=8,
             loc="outside right center",
             frameon=False,
         )
+        # the figure grows by the legend's width, so the panels keep theirs
+        width = legend.get_window_extent(_renderer(fig)).width / fig.dpi
+        fig.set_figwidth(fig.get_figwidth() + width)
 
 
 def legend_below(fig: Figure, handles: Sequence[Any], ncol: int) -> None:
-    """A legend of `handles` under the panels, in `ncol` columns."""
-    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False)
+    """A legend of `handles` under the panels, in `ncol` columns; the figure grows by its
+    height, so the panels keep theirs."""
+    legend = fig.legend(
+        handles=handles, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False
+    )
+    height = legend.get_window_extent(_renderer(fig)).height / fig.dpi
+    fig.set_figheight(fig.get_figheight() + height)
+
+
+def suptitle(fig: Figure, text: str, fontsize: float = 10) -> Text:
+    """The figure's title, wrapped to the figure's width."""
+    chars = max(40, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))
+    return fig.suptitle(textwrap.fill(text, chars, break_on_hyphens=False), fontsize=fontsize)
 
 
 def wrap_to(ax: Axes, text: str, fontsize: float = NOTE_SIZE) -> str:
-    """`text` wrapped to the width of the panel `ax` at `fontsize` points (a character is
-    taken as 0.55 em wide, a fair width for DejaVu Sans)."""
-    width_in = ax.get_position().width * ax.figure.get_figwidth()
+    """`text` wrapped to the width of the panel `ax` at `fontsize` points: its share of the
+    figure's width less 0.8 inch for tick labels and spacing, a character taken as 0.55 em
+    (a fair width for DejaVu Sans)."""
+    spec = ax.get_subplotspec()
+    if spec is None:
+        width_in = ax.get_position().width * ax.figure.get_figwidth()
+    else:
+        grid = spec.get_gridspec()
+        span = spec.colspan.stop - spec.colspan.start
+        width_in = ax.figure.get_figwidth() * span / grid.ncols - 0.8
     chars = max(20, int(width_in * 72 / (0.55 * fontsize)))
     return "\n".join(
         textwrap.fill(part, chars, break_on_hyphens=False) for part in text.split("\n")
@@ -104,17 +125,19 @@ def panel_note(ax: Axes, text: str, fontsize: float = NOTE_SIZE) -> Text:
 
 
 def place_labels(
-    ax: Axes, labels: Iterable[tuple[str, float, float]], *, color: Any = "black", fontsize=6
+    ax: Axes, labels: Iterable[tuple], *, color: Any = "black", fontsize: float = 6
 ) -> int:
-    """Write each (text, x, y) beside its data point at the first of a few offsets where its box
-    touches no other text of the figure; a label that fits nowhere is not written. Returns the
-    number left out. Call it after the panel's axes limits are final."""
+    """Write each (text, x, y) or (text, x, y, colour) beside its data point at the first of a
+    few offsets where its box stays inside the panel and touches no other text; a label that
+    fits nowhere is not written. Returns the number left out. Call it once the layout is final
+    (legend and titles in place): the boxes are measured in the figure as drawn."""
     fig = ax.figure
     renderer = _renderer(fig)
     taken = [_extent(t, renderer) for t, _ in _texts(fig, renderer)]
+    panel = ax.get_window_extent(renderer)
     offsets = ((4, 3), (4, -9), (-4, 3), (-4, -9), (8, 10), (8, -16))
     left_out = 0
-    for text, x, y in labels:
+    for text, x, y, *colour in labels:
         for dx, dy in offsets:
             label = ax.annotate(
                 text,
@@ -123,10 +146,12 @@ def place_labels(
                 xytext=(dx, dy),
                 ha="left" if dx > 0 else "right",
                 fontsize=fontsize,
-                color=color,
+                color=colour[0] if colour else color,
             )
+            label.set_in_layout(False)  # inside the panel: it must not move the layout
             box = _extent(label, renderer)
-            if not any(_intersect(box, other) for other in taken):
+            inside = panel.x0 <= box.x0 and box.x1 <= panel.x1 and panel.y0 <= box.y0
+            if inside and box.y1 <= panel.y1 and not any(_intersect(box, o) for o in taken):
                 taken.append(box)
                 break
             label.remove()
