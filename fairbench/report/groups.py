@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from fairbench.report.document import Document, Table
+from fairbench.report.figure import legend_outside, new_figure, save
 from fairbench.report.palette import style
-from fairbench.report.plots import _linestyles, _save
+from fairbench.report.plots import _linestyles
 
 # column: (before, after) labels whose relative change the table reports when both ran.
 # relative_change is DPSE's Table 1 comparison; tailoring_change isolates the budget tailoring
@@ -89,7 +89,8 @@ def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
             continue
         sizes = np.asarray(grp["group_sizes_train"].iloc[0])
         small, large = int(np.argmin(sizes)), int(np.argmax(sizes))
-        fig, ax = plt.subplots(figsize=(5.2, 3.8))
+        fig, grid = new_figure(1, 1, (5.2, 3.8))
+        ax = grid[0][0]
         for label, series in grp.groupby("label"):
             means = series.groupby("epsilon")["test_group_loss"].apply(
                 lambda v: np.nanmean(np.stack(v.map(np.asarray)), axis=0)
@@ -119,6 +120,6 @@ def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.set_ylabel("mean test loss (MSPE for regression)")
         ax.set_title(f"{dataset}: group loss against the budget")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-        written.append(_save(fig, out_dir / f"{dataset}_group_loss_vs_epsilon"))
+        legend_outside(fig, [ax])
+        written.append(save(fig, out_dir / f"{dataset}_group_loss_vs_epsilon")[0])
     return written
