@@ -3,12 +3,15 @@ to save it, and one check that no text runs into other text.
 
 - `new_figure`: a panel grid under matplotlib's constrained layout, not registered with pyplot
   (nothing to close, no global state between builders).
-- `legend_outside`, `panel_note`: the legend to the right of the panels and a note under a
-  panel, both placed by the layout engine so they take their own room instead of covering
+- `suptitle`, `legend_outside`, `legend_below`, `panel_note`: the title wrapped to the figure,
+  the legend beside or under the panels (the figure grows by its size) and a note under a
+  panel, all placed by the layout engine so they take their own room instead of covering
   panels, tick labels or each other.
 - `place_labels`: labels written beside data points (knob values, published violations), each
   at the first offset where it touches no other text; one that fits nowhere is left out (the
   tables beside every figure hold the numbers).
+- `finish`: the last step of every builder (and of `save`): notes wrapped to their panel's
+  final width, then the labels placed.
 - `save`: PNG and PDF at one resolution with fixed metadata, so rebuilding a figure from the
   same inputs rewrites the same bytes.
 - `overlaps`: every pair of drawn texts (titles, axis labels, tick labels, legend entries,
@@ -19,7 +22,6 @@ to save it, and one check that no text runs into other text.
 from __future__ import annotations
 
 import re
-import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ matplotlib.use("Agg")
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
@@ -39,6 +42,11 @@ PNG_METADATA: dict[str, Any] = {"Software": None}
 PDF_METADATA: dict[str, Any] = {"CreationDate": None, "Producer": None, "Creator": None}
 NOTE_SIZE = 7  # points: notes under panels
 TOLERANCE = 0.5  # pixels two boxes may share before they count as overlapping
+# what `finish` still has to do, kept on the figure: the title to rewrap, notes to wrap and
+# labels to place
+_TITLE = "_fairbench_title"
+_NOTES = "_fairbench_notes"
+_LABELS = "_fairbench_labels"
 
 
 def new_figure(
@@ -83,34 +91,43 @@ def legend_below(fig: Figure, handles: Sequence[Any], ncol: int) -> None:
     fig.set_figheight(fig.get_figheight() + height)
 
 
+def _fill(fig: Figure, text: str, fontsize: float, width_in: float) -> str:
+    """`text` wrapped at spaces so that each line, as drawn at `fontsize` points, is at most
+    `width_in` inches wide (a single word wider than that keeps its own line)."""
+    renderer = fig.canvas.get_renderer()
+    prop = FontProperties(size=fontsize)
+    limit = width_in * fig.dpi
+    lines = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            trial = f"{line} {word}" if line else word
+            width = renderer.get_text_width_height_descent(trial, prop, ismath=False)[0]
+            if width <= limit or not line:
+                line = trial
+            else:
+                lines.append(line)
+                line = word
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def suptitle(fig: Figure, text: str, fontsize: float = 10) -> Text:
-    """The figure's title, wrapped to the figure's width."""
-    chars = max(40, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))
-    return fig.suptitle(textwrap.fill(text, chars, break_on_hyphens=False), fontsize=fontsize)
-
-
-def wrap_to(ax: Axes, text: str, fontsize: float = NOTE_SIZE) -> str:
-    """`text` wrapped to the width of the panel `ax` at `fontsize` points: its share of the
-    figure's width less 0.8 inch for tick labels and spacing, a character taken as 0.55 em
-    (a fair width for DejaVu Sans)."""
-    spec = ax.get_subplotspec()
-    if spec is None:
-        width_in = ax.get_position().width * ax.figure.get_figwidth()
-    else:
-        grid = spec.get_gridspec()
-        span = spec.colspan.stop - spec.colspan.start
-        width_in = ax.figure.get_figwidth() * span / grid.ncols - 0.8
-    chars = max(20, int(width_in * 72 / (0.55 * fontsize)))
-    return "\n".join(
-        textwrap.fill(part, chars, break_on_hyphens=False) for part in text.split("\n")
-    )
+    """The figure's title, wrapped to the figure's width (again by `finish`, once a legend
+    beside the panels has widened the figure)."""
+    fig.__dict__[_TITLE] = (text, fontsize)
+    return fig.suptitle(_fill(fig, text, fontsize, fig.get_figwidth() - 0.2), fontsize=fontsize)
 
 
 def panel_note(ax: Axes, text: str, fontsize: float = NOTE_SIZE) -> Text:
-    """A note under a panel, below its x-axis label, wrapped to the panel's width; the layout
-    makes room for it. Annotations are axis decorations to the constrained layout engine."""
+    """A note under a panel, below its x-axis label; `finish` wraps it to the panel's final
+    width, and the layout makes room for it (an annotation is an axis decoration to the
+    constrained layout engine)."""
+    fig = ax.figure
+    spec = ax.get_subplotspec()
+    share = 1.0 if spec is None else 1 / spec.get_gridspec().ncols
     note = ax.annotate(
-        wrap_to(ax, text, fontsize),
+        _fill(fig, text, fontsize, 0.6 * share * fig.get_figwidth()),  # until `finish`
         xy=(0.0, 0.0),
         xycoords=("axes fraction", ax.xaxis.label),
         xytext=(0, -4),
@@ -121,16 +138,39 @@ def panel_note(ax: Axes, text: str, fontsize: float = NOTE_SIZE) -> Text:
         annotation_clip=False,
     )
     note.set_in_layout(True)
+    fig.__dict__.setdefault(_NOTES, []).append((ax, note, text, fontsize))
     return note
 
 
 def place_labels(
     ax: Axes, labels: Iterable[tuple], *, color: Any = "black", fontsize: float = 6
-) -> int:
-    """Write each (text, x, y) or (text, x, y, colour) beside its data point at the first of a
-    few offsets where its box stays inside the panel and touches no other text; a label that
-    fits nowhere is not written. Returns the number left out. Call it once the layout is final
-    (legend and titles in place): the boxes are measured in the figure as drawn."""
+) -> None:
+    """Labels (text, x, y) or (text, x, y, colour) to write beside data points of `ax`; `finish`
+    writes each at the first of a few offsets where its box stays inside the panel and touches
+    no other text, and leaves out one that fits nowhere (the tables hold every number)."""
+    ax.figure.__dict__.setdefault(_LABELS, []).append((ax, list(labels), color, fontsize))
+
+
+def finish(fig: Figure) -> Figure:
+    """Lay the figure out for good: the title wrapped to the figure's final width, each panel
+    note to its panel's (twice: the layout moves as the notes shrink), then the labels written
+    beside the points where they fit. Idempotent; `save` calls it too."""
+    if _TITLE in fig.__dict__:
+        text, fontsize = fig.__dict__.pop(_TITLE)
+        fig.suptitle(_fill(fig, text, fontsize, fig.get_figwidth() - 0.2), fontsize=fontsize)
+    notes = fig.__dict__.pop(_NOTES, [])
+    for _ in range(2):
+        renderer = _renderer(fig)
+        for ax, note, text, fontsize in notes:
+            width = 0.98 * ax.get_window_extent(renderer).width / fig.dpi
+            note.set_text(_fill(fig, text, fontsize, width))
+    for ax, labels, color, fontsize in fig.__dict__.pop(_LABELS, []):
+        _place(ax, labels, color, fontsize)
+    return fig
+
+
+def _place(ax: Axes, labels: list[tuple], color: Any, fontsize: float) -> int:
+    """`place_labels`' work, on the figure as drawn; returns the number left out."""
     fig = ax.figure
     renderer = _renderer(fig)
     taken = [_extent(t, renderer) for t, _ in _texts(fig, renderer)]
@@ -168,6 +208,7 @@ def safe_stem(stem: Path) -> Path:
 def save(fig: Figure, stem: Path) -> list[Path]:
     """Write `stem`.png (DPI) and `stem`.pdf with fixed metadata, each under a temporary name
     first (never a half-written file under the final one); returns both paths."""
+    finish(fig)
     stem = safe_stem(Path(stem))
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []

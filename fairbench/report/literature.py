@@ -26,7 +26,13 @@ from fairbench.errors import ConfigError
 from fairbench.figures import Csv, Doc, Output, Plot
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.report.document import Document, Images, Table
-from fairbench.report.figure import legend_outside, new_figure, place_labels, suptitle
+from fairbench.report.figure import (
+    finish,
+    legend_outside,
+    new_figure,
+    place_labels,
+    suptitle,
+)
 from fairbench.report.privacy_cost import (
     COLUMNS,
     TuneOutput,
@@ -359,9 +365,9 @@ def literature_figure(
         "charged to ε",
     )
     legend_outside(fig, [ax for row in axes for ax in row])
-    for ax, labels in labelled:  # last: placed where the final layout leaves room
+    for ax, labels in labelled:
         place_labels(ax, labels, color="grey", fontsize=5)
-    return fig
+    return finish(fig)
 
 
 PUBLISHED_MARKERS = {"PFLD": "d", "Jagielski-Inprocessing": ">", "DP-ERM_Mitigation": "8"}

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from fairbench.report.aggregate import dominated
-from fairbench.report.figure import legend_outside, new_figure, place_labels, save
+from fairbench.report.figure import finish, legend_outside, new_figure, place_labels, save
 from fairbench.report.palette import LINESTYLES, style
 
 # how a run chose its hyper-parameters when `fairbench tune` did not (every title says it)
@@ -164,8 +164,9 @@ def trade_off_figure(
     if ax is None:
         _suptitle(fig, dataset, constraint, notion, pd.concat([grp, refs]), hyper)
         legend_outside(fig, axes)
-        for panel_ax, mine in labels:  # last: placed where the final layout leaves room
+        for panel_ax, mine in labels:
             _knob_labels(panel_ax, mine)
+        finish(fig)
     else:  # the caller's axes (a notebook's): written where they fall, its canvas untouched
         for text, x, y, colour in labels[0][1]:
             ax.annotate(

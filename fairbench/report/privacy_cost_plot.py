@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fairbench.report.figure import legend_outside, new_figure, panel_note, suptitle
+from fairbench.report.figure import finish, legend_outside, new_figure, panel_note, suptitle
 from fairbench.report.palette import style
 from fairbench.report.privacy_cost_notes import ERROR_ONLY
 
@@ -192,4 +192,4 @@ def privacy_cost_figure(
             [], [], linestyle="none", marker="o", color="grey", markerfacecolor="white"
         )
     legend_outside(fig, axes[0], extra)
-    return fig
+    return finish(fig)

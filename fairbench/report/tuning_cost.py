@@ -42,7 +42,7 @@ from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.metrics import majority_class_error
 from fairbench.report.aggregate import ci95
 from fairbench.report.document import Document, Images, Table
-from fairbench.report.figure import legend_below, new_figure
+from fairbench.report.figure import finish, legend_below, new_figure
 from fairbench.report.palette import style
 from fairbench.report.privacy_cost import dataset_key
 
@@ -361,7 +361,7 @@ def tuning_cost_figure(table: pd.DataFrame) -> Figure:
         Line2D([], [], color="black", linestyle=":", label="majority class (violation 0)"),
     ]
     legend_below(fig, handles, ncol=min(len(handles), 5))
-    return fig
+    return finish(fig)
 
 
 def _fmt(mean: float, low: float, high: float) -> str:
