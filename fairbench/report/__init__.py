@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from fairbench.report.aggregate import merge_identical_knobs, pareto_points, trials_frame
 from fairbench.report.caveats import caveats
 from fairbench.report.constraints import (
@@ -43,6 +45,33 @@ def hyperparameter_provenance(config: dict) -> str:
     defaults must not pass for a tuned comparison (issue 16)."""
     tuned_by = config.get("tuned_by")
     return f"tuned by {tuned_by}" if tuned_by else UNTUNED
+
+
+def _grouped(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials that report per-group losses."""
+    return trials[trials["test_group_loss"].map(lambda v: isinstance(v, list))]
+
+
+def report_figures(
+    run_dir: Path, trials: pd.DataFrame, points: pd.DataFrame, config: dict
+) -> list[Path]:
+    """The run's figures in `run_dir`/figures (PNG and PDF; returns the PNGs): trade-off,
+    satisfaction and, where trials report per-group losses, the smallest group's loss."""
+    hyper = hyperparameter_provenance(config)
+    references = config.get("references") or []
+    figures = trade_off_figures(points, run_dir / "figures", references, hyper)
+    figures += satisfaction_figures(points, run_dir / "figures", hyper)
+    if "test_group_loss" in trials.columns:
+        figures += smallest_group_figure(_grouped(trials), run_dir / "figures")
+    return figures
+
+
+def write_figures(run_dir: Path) -> list[Path]:
+    """Redraw only the figures of `run_dir` from its results (store or trials.csv), leaving
+    every table as it is: what rebuilding committed figures with a new drawing needs."""
+    trials = trials_frame(finished_rows(run_dir, "draw"))
+    points = pareto_points(merge_identical_knobs(trials)[0])
+    return report_figures(run_dir, trials, points, saved_config(run_dir))
 
 
 def write_report(run_dir: Path) -> Report:
@@ -83,14 +112,12 @@ def write_report(run_dir: Path) -> Report:
         table = compare(points, references)
         table.to_csv(run_dir / "references.csv", index=False)
         documents["references.md"] = references_document(table, title)
-    out.figures.extend(trade_off_figures(points, run_dir / "figures", references, hyper))
-    out.figures.extend(satisfaction_figures(points, run_dir / "figures", hyper))
+    out.figures.extend(report_figures(run_dir, trials, points, config))
     if "test_group_loss" in trials.columns:
-        grouped = trials[trials["test_group_loss"].map(lambda v: isinstance(v, list))]
+        grouped = _grouped(trials)
         table = group_table(grouped)
         table.to_csv(run_dir / "group_losses.csv", index=False)
         documents["group_losses.md"] = group_document(table, title, int(grouped["seed"].nunique()))
-        out.figures.extend(smallest_group_figure(grouped, run_dir / "figures"))
     for name, doc in documents.items():
         (run_dir / name).write_text(doc.markdown())
         (run_dir / name).with_suffix(".tex").write_text(doc.latex(name))
