@@ -14,7 +14,7 @@ import pytest
 
 from fairbench.report import write_report
 from fairbench.report.html import report_html
-from fairbench.report.latex import cell, escape, latex_tables
+from fairbench.report.latex import cell, escape
 from fairbench.report.ledger_summary import SUMMARY_COLUMNS
 from fairbench.workflows.experiment import experiment_config, run_experiment
 
@@ -210,7 +210,15 @@ def test_latex_cells_escape_and_set_intervals_in_math():
 def test_tex_tables_are_booktabs_and_say_what_the_markdown_says(run_dir, name):
     tex = (run_dir / f"{name}.tex").read_text()
     markdown = (run_dir / f"{name}.md").read_text()
-    assert tex == latex_tables(markdown, f"{name}.md") and tex.isascii()
+    assert tex.isascii()
+    # the same cells as the Markdown's tables, each as LaTeX writes it, in the same order
+    body_rows = [ln for ln in tex.splitlines() if ln.endswith(r"\\") and not ln.startswith("\\")]
+    md_rows = [
+        [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        for line in markdown.splitlines()
+        if line.startswith("|") and not set(line) <= set("|-: ")
+    ]
+    assert body_rows == [" & ".join(cell(c) for c in cells) + r" \\" for cells in md_rows]
     n_tables = len(re.findall(r"^\|[-:|]+\|$", markdown, flags=re.MULTILINE))
     for command in (
         r"\begin{tabular}",

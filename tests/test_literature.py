@@ -42,8 +42,8 @@ TUNE = {
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    from fairbench.figures import build
     from fairbench.privacy import ledger_cache
-    from fairbench.report.literature import build
     from fairbench.workflows.tune import run_tune
 
     root = tmp_path_factory.mktemp("literature")
@@ -62,7 +62,7 @@ def built(tmp_path_factory):
         finally:
             ledger_cache.cache_clear()
     assert failures == []
-    return root, build([root / "tune"], root / "fig")
+    return root, build("literature", [root / "tune"], root / "fig")
 
 
 def test_rows_carry_their_notion_and_the_sensitive_at_test_mark(built):

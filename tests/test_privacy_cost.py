@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 
 from fairbench.errors import ConfigError
-from fairbench.report.privacy_cost import COLUMNS, SPREAD_COLUMNS, build
+from fairbench.figures import build
+from fairbench.report.privacy_cost import COLUMNS, SPREAD_COLUMNS
 from fairbench.report.privacy_cost_notes import privacy_bites
 from fairbench.workflows.tune import TuneConfig, choose
 
@@ -77,7 +78,7 @@ def built(tmp_path_factory):
         finally:  # no skipped cross-check may stay cached for later tests
             ledger_cache.cache_clear()
     assert failures == []  # the infeasible raco-dp draws are not failures
-    written = build([root / "tune"], root / "fig")
+    written = build("privacy-cost", [root / "tune"], root / "fig")
     return root, written
 
 
@@ -174,7 +175,7 @@ def test_plot_files_exist(built):
 
 def test_not_a_tune_output_is_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match=r"tune\.yaml") as info:
-        build([tmp_path], tmp_path / "fig")
+        build("privacy-cost", [tmp_path], tmp_path / "fig")
     assert "\n" not in str(info.value)
 
 
@@ -237,10 +238,9 @@ def test_a_budget_no_noise_can_meet_is_a_calibration_error_and_still_a_config_er
 def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_plot(tmp_path):
     """DP-SGD has no fairness knob: selected on validation error alone, it must never read as
     a fair method that met tau."""
-    import matplotlib.pyplot as plt
-
-    from fairbench.report.privacy_cost_notes import dataset_markdown
-    from fairbench.report.privacy_cost_plot import _panel
+    from fairbench.report.figure import new_figure
+    from fairbench.report.privacy_cost_notes import dataset_document
+    from fairbench.report.privacy_cost_plot import tau_panel
 
     def row(method, eps, mean, rule):
         return {
@@ -280,13 +280,13 @@ def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_p
     ]
     empty = pd.DataFrame(columns=["model", "tau", "method", "epsilon", "infeasible"])
     spread = pd.DataFrame(columns=["tau", "model", "method", "epsilon"])
-    note = dataset_markdown("k", meta, rows, empty, spread, [])
+    note = dataset_document("k", meta, rows, empty, spread, []).markdown()
     assert "| 0.05 | dp-sgd (no constraint) | 0.2500 | 0.1500 |" in note
     assert "| 0.05 | cgoo | 0.3000 | — |" in note
-    fig, ax = plt.subplots()
-    _panel(ax, rows, "logistic", 0.05, {}, [0.1, 8.0], "")
+    _fig, axes = new_figure(1, 1, (4.8, 4.2))
+    ax = axes[0][0]
+    tau_panel(ax, rows, "logistic", 0.05, {}, [0.1, 8.0], "")
     handles, labels = ax.get_legend_handles_labels()
     lines = {label: h.lines[0].get_linestyle() for h, label in zip(handles, labels, strict=True)}
-    plt.close(fig)
     assert lines["dp-sgd (no fairness constraint)"] == "--"
     assert lines["cgoo"] == "-"

@@ -14,11 +14,11 @@ from fairbench.report.aggregate import merge_identical_knobs, pareto_points, tri
 from fairbench.report.caveats import caveats
 from fairbench.report.constraints import (
     constraint_values,
-    constraints_markdown,
+    constraints_document,
     satisfaction_table,
 )
 from fairbench.report.palette import REGISTRY, style
-from fairbench.report.tables import pareto_markdown, write_trials_csv
+from fairbench.report.tables import pareto_document, write_trials_csv
 from fairbench.rundir.store import finished_rows
 from fairbench.runner.trial import predictions_hash
 
@@ -108,19 +108,19 @@ def test_every_seed_violating_is_zero_of_three_satisfied_whatever_the_signed_mea
     assert table["violation_max"].iloc[0] == pytest.approx(0.034)
     values = constraint_values(trials)
     assert values["value_mean"].abs().max() == pytest.approx(0.01)  # the misleading mean
-    text = constraints_markdown(table, values, "t")
+    text = constraints_document(table, values, "t").markdown()
     assert "| raco-dp | ε=1 | γ 0.02 | 3 | 0/3 [0%, 71%] |" in text
     assert "held 1/3" in text  # c1 held on the seed whose gap was negative
     points = pareto_points(trials)
     assert points["satisfied_k"].iloc[0] == 0
-    assert "0/3 [0%, 71%]" in pareto_markdown(points, "t", [])
+    assert "0/3 [0%, 71%]" in pareto_document(points, "t", []).markdown()
 
 
 def test_satisfaction_is_counted_only_for_methods_told_a_target():
     trials = trials_frame([row("dp-sgd", seed=s, knob=None) for s in range(3)])
     table = satisfaction_table(trials)
     assert table["satisfied_n"].iloc[0] == 0
-    assert "no target" in constraints_markdown(table, constraint_values(trials), "t")
+    assert "no target" in constraints_document(table, constraint_values(trials), "t").markdown()
 
 
 def test_knob_values_with_identical_predictions_on_every_seed_collapse_to_one_point():

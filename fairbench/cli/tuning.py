@@ -9,6 +9,7 @@ import typer
 
 from fairbench.cli.common import console, err_console
 from fairbench.errors import ConfigError, Interrupted
+from fairbench.figures import FIGURES
 
 figure_app = typer.Typer(help="Paper figures built from finished runs.", no_args_is_help=True)
 
@@ -89,55 +90,26 @@ def tune(
         raise typer.Exit(1)
 
 
-@figure_app.command("privacy-cost")
-def figure_privacy_cost(
-    tune_outs: Annotated[list[Path], typer.Argument(help="`fairbench tune --out` directories")],
-    out: Annotated[Path, typer.Option(help="folder for the CSVs, figures and notes")] = Path(
-        "results/figures/fig-privacy-cost"
-    ),
-) -> None:
-    """Test error of the configuration tuned at each violation target, against epsilon: per
-    dataset a CSV, a figure per model (PNG, PDF) and a markdown note (does privacy bite?)."""
-    from fairbench.report.privacy_cost import build
+def _figure_command(name: str) -> None:
+    """`fairbench figure NAME`, from its entry in the figure registry."""
+    spec = FIGURES[name]
 
-    written = build(tune_outs, out)
-    for path in written:
-        if path.suffix in (".csv", ".md", ".png"):
-            console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
+    def command(tune_outs: list[Path], out: Path = Path(spec.out)) -> None:
+        from fairbench.figures import build
 
+        for path in build(name, tune_outs, out):
+            if path.suffix in (".csv", ".md", ".png"):
+                console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
 
-@figure_app.command("tuning-cost")
-def figure_tuning_cost(
-    tune_outs: Annotated[
-        list[Path],
-        typer.Argument(
-            help="`fairbench tune --out` directories of both arms (private and uncharged)"
-        ),
-    ],
-    out: Annotated[Path, typer.Option(help="folder for the CSVs, figure and report")] = Path(
-        "results/figures/fig-tuning-cost"
-    ),
-) -> None:
-    """Tuning free versus paid for (private selection) at the same total epsilon: per dataset,
-    method and epsilon the released models' test error, violation and rank under each."""
-    from fairbench.report.tuning_cost import build
-
-    written = build(tune_outs, out)
-    console.print(f"{len(written)} files → {out}")
+    # objects, not strings: this module's annotations are postponed, and these read `spec`
+    command.__annotations__ = {
+        "tune_outs": Annotated[list[Path], typer.Argument(help=spec.inputs_help)],
+        "out": Annotated[Path, typer.Option(help="folder for the CSVs, figures and notes")],
+        "return": None,
+    }
+    command.__doc__ = spec.summary
+    figure_app.command(name)(command)
 
 
-@figure_app.command("literature")
-def figure_literature(
-    tune_outs: Annotated[list[Path], typer.Argument(help="`fairbench tune --out` directories")],
-    out: Annotated[Path, typer.Option(help="folder for the CSVs, figures and tables")] = Path(
-        "results/figures/fig-literature"
-    ),
-) -> None:
-    """The literature baselines beside the seed methods, tuned, in both privacy notions: per
-    dataset and constraint a CSV, a figure and the dominance table; the published Adult
-    points against ours."""
-    from fairbench.report.literature import build
-
-    for path in build(tune_outs, out):
-        if path.suffix in (".csv", ".md", ".png"):
-            console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
+for _name in FIGURES:
+    _figure_command(_name)

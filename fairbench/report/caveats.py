@@ -107,10 +107,3 @@ def caveats(trials: pd.DataFrame, merged: list[dict]) -> list[str]:
         *untargeted(trials),
         *missing_hashes(trials),
     ]
-
-
-def caveats_markdown(items: list[str]) -> list[str]:
-    """The warning block that opens a report (empty when there is nothing to warn about)."""
-    if not items:
-        return []
-    return ["", "> **Warnings**", ">", *(f"> - {item}" for item in items)]

@@ -15,6 +15,7 @@ import math
 import pandas as pd
 
 from fairbench.report.aggregate import ci95, with_satisfaction_interval
+from fairbench.report.document import Document, Table
 
 SYMBOLS = {"gamma": "γ", "alpha": "α", "lambda": "λ"}
 POINT = ["dataset", "constraint", "label", "privacy_notion", "epsilon", "knob"]
@@ -69,58 +70,65 @@ def _met(k: float, n: float, low: float, high: float) -> str:
     return f"{int(k)}/{int(n)} [{low:.0%}, {high:.0%}]"
 
 
-def constraints_markdown(satisfaction: pd.DataFrame, values: pd.DataFrame, title: str) -> str:
+def constraints_document(satisfaction: pd.DataFrame, values: pd.DataFrame, title: str) -> Document:
     """Per (dataset, constraint set): satisfaction per seed, then every constraint's values."""
-    lines = [
-        f"# {title}: constraint satisfaction on held-out data",
-        "",
+    doc = Document().heading(1, f"{title}: constraint satisfaction on held-out data")
+    doc.add(
         "met: seeds whose every rate constraint holds on the test split (hard predictions), "
         "with the exact 95% (Clopper-Pearson) interval; excess: how far the worst constraint "
         "exceeds its target, mean and max over seeds (0 when met). Methods not told a target "
         "show values only. Constraint values are signed means over seeds: a mean under γ "
-        "does not mean that the seeds met γ.",
+        "does not mean that the seeds met γ."
+    )
+    columns = [
+        "method",
+        "privacy",
+        "knob",
+        "seeds",
+        "met",
+        "excess mean",
+        "excess max",
+        "violation mean",
+        "violation max",
     ]
     for (dataset, cset), block in satisfaction.groupby(["dataset", "constraint"], sort=True):
-        lines += [
-            "",
-            f"## {dataset} · {cset}",
-            "",
-            "| method | privacy | knob | seeds | met | excess mean | excess max | "
-            "violation mean | violation max |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-        ]
+        doc.heading(2, f"{dataset} · {cset}")
+        rows = []
         for r in block.itertuples(index=False):
             symbol = SYMBOLS.get(r.knob_name, r.knob_name)
             target = "" if pd.isna(r.knob) else f"{symbol} {r.knob:g}"
             excess = (
                 ("", "") if r.satisfied_n == 0 else (f"{r.excess_mean:.4f}", f"{r.excess_max:.4f}")
             )
-            lines.append(
-                f"| {r.label} | {_eps(r.epsilon)} | {target} | {r.n_seeds} | "
-                f"{_met(r.satisfied_k, r.satisfied_n, r.satisfied_ci_low, r.satisfied_ci_high)} | "
-                f"{excess[0]} | {excess[1]} | {r.violation_mean:.4f} | {r.violation_max:.4f} |"
+            rows.append(
+                [
+                    r.label,
+                    _eps(r.epsilon),
+                    target,
+                    str(r.n_seeds),
+                    _met(r.satisfied_k, r.satisfied_n, r.satisfied_ci_low, r.satisfied_ci_high),
+                    *excess,
+                    f"{r.violation_mean:.4f}",
+                    f"{r.violation_max:.4f}",
+                ]
             )
-        lines += _values_tables(
-            values[(values["dataset"] == dataset) & (values["constraint"] == cset)]
+        doc.add(Table(columns, rows, "llrrrrrrr"))
+        doc.extend(
+            _values_tables(values[(values["dataset"] == dataset) & (values["constraint"] == cset)])
         )
-    return "\n".join(lines) + "\n"
+    return doc
 
 
-def _values_tables(values: pd.DataFrame) -> list[str]:
+def _values_tables(values: pd.DataFrame) -> Document:
     """Per knob: constraints as rows, methods x epsilon as columns; each cell the mean value
     (max over seeds) and, with a target, the seeds on which that constraint held."""
-    lines = []
+    doc = Document()
     for knob, block in values.groupby("knob", dropna=False, sort=True):
         columns = block[["label", "epsilon"]].drop_duplicates().sort_values(["label", "epsilon"])
         heads = [f"{lab} ({_eps(e)})" for lab, e in columns.itertuples(index=False)]
         knob_text = "no target" if pd.isna(knob) else f"target {knob:g}"
-        lines += [
-            "",
-            f"### constraint values · {knob_text}",
-            "",
-            "| constraint | " + " | ".join(heads) + " |",
-            "|---|" + "---:|" * len(heads),
-        ]
+        doc.heading(3, f"constraint values · {knob_text}")
+        rows = []
         for name in dict.fromkeys(block["name"]):
             cells = []
             for lab, e in columns.itertuples(index=False):
@@ -128,9 +136,9 @@ def _values_tables(values: pd.DataFrame) -> list[str]:
                     (block["name"] == name) & (block["label"] == lab) & (block["epsilon"] == e)
                 ]
                 cells.append(_cell(hit.iloc[0]) if len(hit) else "")
-            escaped = name.replace("|", "\\|")
-            lines.append(f"| {escaped} | " + " | ".join(cells) + " |")
-    return lines
+            rows.append([name, *cells])
+        doc.add(Table(["constraint", *heads], rows, "l" + "r" * len(heads)))
+    return doc
 
 
 def _cell(row: pd.Series) -> str:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from fairbench.report.document import Document, Table
+from fairbench.report.figure import legend_outside, new_figure, save
 from fairbench.report.palette import style
-from fairbench.report.plots import _linestyles, _save
+from fairbench.report.plots import _linestyles
 
 # column: (before, after) labels whose relative change the table reports when both ran.
 # relative_change is DPSE's Table 1 comparison; tailoring_change isolates the budget tailoring
@@ -57,30 +58,25 @@ def _series(label: str, knob: float) -> str:
     return label if pd.isna(knob) else f"{label}@{knob:g}"
 
 
-def group_markdown(table: pd.DataFrame, title: str, n_seeds: int) -> str:
-    lines = [
-        f"# {title}: per-group test loss",
-        "",
+def group_document(table: pd.DataFrame, title: str, n_seeds: int) -> Document:
+    doc = Document().heading(1, f"{title}: per-group test loss")
+    doc.add(
         f"Mean over {n_seeds} seeds (Monte-Carlo trials: split and noise). Size: training rows. "
         "relative_change = (dpse − dpnose) / dpnose; negative: DPSE is better. "
         "tailoring_change = (dpse − dpnose-equal-split) / dpnose-equal-split: the same "
         "objective, so only the budget tailoring differs. rho: the zCDP budget of the "
-        "calibrated run (its PLD epsilon is the ε column).",
-        "",
-    ]
+        "calibrated run (its PLD epsilon is the ε column)."
+    )
     for (dataset, eps), grp in table.groupby(["dataset", "epsilon"], sort=True):
         cols = [c for c in grp.columns if c not in ("dataset", "epsilon") and grp[c].notna().any()]
-        lines += [
-            f"## {dataset} · ε = {eps:g} (rho = {grp['rho'].iloc[0]:.3g})",
-            "",
-            "| " + " | ".join(cols) + " |",
-            "|" + "---|" * len(cols),
+        doc.heading(2, f"{dataset} · ε = {eps:g} (rho = {grp['rho'].iloc[0]:.3g})")
+        rows = [
+            [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+            for row in grp[cols].itertuples(index=False)
         ]
-        for row in grp[cols].itertuples(index=False):
-            cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
+        # the group's name left, its numbers right (every column was left-aligned until issue 36)
+        doc.add(Table(cols, rows, "".join("l" if c == "group" else "r" for c in cols)))
+    return doc
 
 
 def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -93,7 +89,8 @@ def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
             continue
         sizes = np.asarray(grp["group_sizes_train"].iloc[0])
         small, large = int(np.argmin(sizes)), int(np.argmax(sizes))
-        fig, ax = plt.subplots(figsize=(5.2, 3.8))
+        fig, grid = new_figure(1, 1, (5.2, 3.8))
+        ax = grid[0][0]
         for label, series in grp.groupby("label"):
             means = series.groupby("epsilon")["test_group_loss"].apply(
                 lambda v: np.nanmean(np.stack(v.map(np.asarray)), axis=0)
@@ -123,6 +120,6 @@ def smallest_group_figure(trials: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.set_ylabel("mean test loss (MSPE for regression)")
         ax.set_title(f"{dataset}: group loss against the budget")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-        written.append(_save(fig, out_dir / f"{dataset}_group_loss_vs_epsilon"))
+        legend_outside(fig, [ax])
+        written.append(save(fig, out_dir / f"{dataset}_group_loss_vs_epsilon")[0])
     return written

@@ -1,21 +1,20 @@
 """One self-contained HTML page per run (report.html): title, warnings, every figure (PNG,
 base64-embedded), the privacy ledger summary, every table of pareto.md, paired.md and
-constraints.md (rendered from the Markdown itself, so the numbers are the same), and the
-run's config. No script, no font, no stylesheet or image outside the file: it opens offline,
-and mailed or archived it still shows everything.
+constraints.md (rendered from the same `Document` as the Markdown, so the numbers are the
+same), and the run's config. No script, no font, no stylesheet or image outside the file: it
+opens offline, and mailed or archived it still shows everything.
 """
 
 from __future__ import annotations
 
 import base64
 import math
-import re
 from html import escape
 from pathlib import Path
 
 import pandas as pd
 
-from fairbench.report.markdown_blocks import Heading, Paragraph, Table, Warnings, parse
+from fairbench.report.document import Document, Table, inline_html
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
@@ -39,46 +38,6 @@ DOCUMENTS = {
     "references.md": ("references", "Published curves"),
     "group_losses.md": ("group-losses", "Group losses"),
 }
-
-
-def _inline(text: str) -> str:
-    """Escaped text with the report's inline Markdown (`**bold**`, `code`) as HTML."""
-    out = escape(text)
-    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
-
-
-def table_html(header: list[str], rows: list[list[str]], right: list[bool]) -> str:
-    """A table; right-aligned (numeric) columns get class `num`."""
-    cls = [' class="num"' if r else "" for r in right]
-    head = "".join(f"<th{c}>{escape(h)}</th>" for h, c in zip(header, cls, strict=True))
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td{c}>{escape(v)}</td>" for v, c in zip(row, cls, strict=True))
-        + "</tr>\n"
-        for row in rows
-    )
-    return (
-        f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}'
-        "</tbody></table></div>"
-    )
-
-
-def document_html(markdown: str) -> str:
-    """A report document's blocks as HTML, headings one level down (the page has the h1);
-    its warning block is left out, the page shows the run's warnings once at the top."""
-    parts = []
-    for block in parse(markdown):
-        if isinstance(block, Heading):
-            level = min(block.level + 1, 6)
-            parts.append(f"<h{level}>{_inline(block.text)}</h{level}>")
-        elif isinstance(block, Paragraph):
-            parts.append(f'<p class="note">{_inline(block.text)}</p>')
-        elif isinstance(block, Table):
-            parts.append(table_html(block.header, block.rows, block.right_aligned))
-        elif not isinstance(block, Warnings):
-            raise TypeError(f"unknown block {block!r}")
-    return "\n".join(parts)
 
 
 def _eps(value: float) -> str:
@@ -115,7 +74,6 @@ def privacy_html(summary: pd.DataFrame) -> str:
                 r.releases,
             ]
         )
-    right = [False, False, False, False, True, True, True, True, True, False]
     note = (
         "ε spent: computed by the suite's PLD accountant from each trial's ledger of "
         "DpEvents (add/remove-one neighbours unless the privacy notion says otherwise). "
@@ -123,7 +81,7 @@ def privacy_html(summary: pd.DataFrame) -> str:
         "noise multiplier σ and Laplace scale b; a range spans the trials "
         "(hyper-parameters and calibration differ between them)."
     )
-    return f'<p class="note">{escape(note)}</p>\n' + table_html(header, rows, right)
+    return f'<p class="note">{escape(note)}</p>\n' + Table(header, rows, "llllrrrrrl").html()
 
 
 def figure_html(png: Path, run_dir: Path) -> str:
@@ -141,11 +99,11 @@ def report_html(
     warnings: list[str],
     figures: list[Path],
     summary: pd.DataFrame,
-    documents: dict[str, str],
+    documents: dict[str, Document],
     config_yaml: str,
     n_trials: int,
 ) -> str:
-    """The page. `documents` maps the report's Markdown file names to their text."""
+    """The page. `documents` maps the report's Markdown file names to their documents."""
     from fairbench import __version__
 
     sections = [("warnings", "Warnings"), ("figures", "Figures"), ("privacy", "Privacy ledger")]
@@ -153,7 +111,7 @@ def report_html(
     sections.append(("config", "Config"))
     nav = " · ".join(f'<a href="#{anchor}">{escape(name)}</a>' for anchor, name in sections)
     warned = (
-        ('<ul class="warnings">' + "".join(f"<li>{_inline(w)}</li>" for w in warnings) + "</ul>")
+        '<ul class="warnings">' + "".join(f"<li>{inline_html(w)}</li>" for w in warnings) + "</ul>"
         if warnings
         else "<p>None.</p>"
     )
@@ -168,7 +126,7 @@ def report_html(
         + "</section>",
         f'<section id="privacy"><h2>Privacy ledger</h2>\n{privacy_html(summary)}</section>',
         *(
-            f'<section id="{DOCUMENTS[name][0]}">\n{document_html(documents[name])}</section>'
+            f'<section id="{DOCUMENTS[name][0]}">\n{documents[name].html()}</section>'
             for name in DOCUMENTS
             if name in documents
         ),

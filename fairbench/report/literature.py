@@ -14,30 +14,35 @@ violation: ours is then at least as fair by its target).
 from __future__ import annotations
 
 import math
-import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from scipy import stats
 
 from fairbench.errors import ConfigError
+from fairbench.figures import Csv, Doc, Output, Plot
 from fairbench.methods.base import SENSITIVE_MARK
+from fairbench.report.document import Document, Images, Table
+from fairbench.report.figure import (
+    finish,
+    legend_outside,
+    new_figure,
+    place_labels,
+    suptitle,
+)
 from fairbench.report.privacy_cost import (
     COLUMNS,
     TuneOutput,
-    _final_trials,
-    _write,
     cost_rows,
+    final_trials,
     load_tune_output,
     unreachable,
 )
 from fairbench.report.privacy_cost_notes import WITHIN_TAU, unreached_text
-from fairbench.report.privacy_cost_plot import _panel
+from fairbench.report.privacy_cost_plot import tau_panel
 
 NOTIONS = ("full", "sensitive-attribute")
 NOTION_TITLES = {"full": "full-record DP", "sensitive-attribute": "DP of the sensitive attribute"}
@@ -59,7 +64,7 @@ def literature_rows(tuned: TuneOutput) -> tuple[pd.DataFrame, dict[tuple, pd.Ser
     rows = cost_rows(tuned)
     notions, at_test, errors = [], [], {}
     for _, sel in tuned.selection.dropna(subset=["selected"]).iterrows():
-        trials = _final_trials(tuned, sel)
+        trials = final_trials(tuned, sel)
         if trials.empty:
             continue
         key = (
@@ -168,10 +173,9 @@ def matched(rows: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=MATCH_COLUMNS)
 
 
-def references_markdown(table: pd.DataFrame) -> str:
-    lines = [
-        "# Published Adult points against fairbench's tuned re-runs",
-        "",
+def references_document(table: pd.DataFrame) -> Document:
+    doc = Document().heading(1, "Published Adult points against fairbench's tuned re-runs")
+    doc.add(
         "Published: the DP-FERMI authors' stored result files (DP of the sensitive attribute "
         "only, their closed-form calibration, delta = 1/n^2, hyper-parameters chosen on test; "
         "see fairbench/references/README.md). Ours: the configuration tuned on validation at "
@@ -179,61 +183,82 @@ def references_markdown(table: pd.DataFrame) -> str:
         "fresh seeds (mean test error), in the same notion (`sensitive-attribute`) or, "
         "labelled `full`, in the stricter full-record notion. difference = ours − published "
         "(negative: ours is better at a violation target at least as strict). Blank: no target "
-        "of ours is that strict.",
-        "",
-    ]
+        "of ours is that strict."
+    )
     reached = table.dropna(subset=["difference"])
     plugin = reached["method"].str.split(" ").str[0]
     same = plugin == reached["reference"].map(SAME_METHOD)
     unmatched = sorted(set(table["reference"]) - set(reached.loc[same, "reference"]))
     if unmatched:
-        names = ", ".join(unmatched)
-        lines += [
+        doc.add(
             "Not compared with our re-run of the same method (it has no tuned point at a "
-            f"target within the published violations): {names}.",
-            "",
-        ]
+            f"target within the published violations): {', '.join(unmatched)}."
+        )
     parts = (
         ("The same method: published vs our re-run", reached[same]),
         ("Every other method of ours at the same points", reached[~same]),
     )
-    for title, part in parts:
-        lines += [
-            f"## {title}: worst difference per method, notion and ε",
-            "",
-            "| published | constraint | ours | our notion | ε | points compared | "
-            "worst difference | best difference |",
-            "|---|---|---|---|---:|---:|---:|---:|",
-        ]
-        for (ref, constraint, method, notion, eps), grp in part.groupby(
-            ["reference", "constraint", "method", "our_notion", "epsilon"]
-        ):
-            worst, best = grp["difference"].max(), grp["difference"].min()
-            lines.append(
-                f"| {ref} | {constraint} | {method} | {notion} | {eps:g} | {len(grp)} | "
-                f"{worst:+.4f} | {best:+.4f} |"
-            )
-        lines.append("")
-    lines += [
-        "## Every point",
-        "",
-        "| published | constraint | λ | ε | published error | published violation | ours | "
-        "notion | τ | our error | our violation | difference |",
-        "|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|",
+    columns = [
+        "published",
+        "constraint",
+        "ours",
+        "our notion",
+        "ε",
+        "points compared",
+        "worst difference",
+        "best difference",
     ]
-    for r in table.itertuples():
-        ours = "" if math.isnan(r.our_error) else f"{r.our_error:.4f}"
-        tau = "" if math.isnan(r.tau) else f"{r.tau:g}"
-        vio = "" if math.isnan(r.our_violation) else f"{r.our_violation:.4f}"
-        diff = "" if math.isnan(r.difference) else f"{r.difference:+.4f}"
-        lam = "" if pd.isna(r._5) else f"{r._5:g}"
-        lines.append(
-            f"| {r.reference} | {r.constraint} | {lam} | {r.epsilon:g} | "
-            f"{r.published_error:.3f} | "
-            f"{r.published_violation:.3f} | {r.method} | {r.our_notion} | {tau} | "
-            f"{ours} | {vio} | {diff} |"
-        )
-    return "\n".join(lines) + "\n"
+    for title, part in parts:
+        doc.heading(2, f"{title}: worst difference per method, notion and ε")
+        rows = [
+            [
+                ref,
+                constraint,
+                method,
+                notion,
+                f"{eps:g}",
+                str(len(grp)),
+                f"{grp['difference'].max():+.4f}",
+                f"{grp['difference'].min():+.4f}",
+            ]
+            for (ref, constraint, method, notion, eps), grp in part.groupby(
+                ["reference", "constraint", "method", "our_notion", "epsilon"]
+            )
+        ]
+        doc.add(Table(columns, rows, "llllrrrr"))
+    doc.heading(2, "Every point")
+    columns = [
+        "published",
+        "constraint",
+        "λ",
+        "ε",
+        "published error",
+        "published violation",
+        "ours",
+        "notion",
+        "τ",
+        "our error",
+        "our violation",
+        "difference",
+    ]
+    rows = [
+        [
+            r.reference,
+            r.constraint,
+            "" if pd.isna(r._5) else f"{r._5:g}",
+            f"{r.epsilon:g}",
+            f"{r.published_error:.3f}",
+            f"{r.published_violation:.3f}",
+            r.method,
+            r.our_notion,
+            "" if math.isnan(r.tau) else f"{r.tau:g}",
+            "" if math.isnan(r.our_error) else f"{r.our_error:.4f}",
+            "" if math.isnan(r.our_violation) else f"{r.our_violation:.4f}",
+            "" if math.isnan(r.difference) else f"{r.difference:+.4f}",
+        ]
+        for r in table.itertuples()
+    ]
+    return doc.add(Table(columns, rows, "llrrrrllrrrr"))
 
 
 DOMINANCE_COLUMNS = [
@@ -311,75 +336,51 @@ def literature_figure(
     points: pd.DataFrame,
     tuned: TuneOutput,
     dataset: str,
-    stem: Path,
     unreached: dict[str, dict[float, str]],
-) -> list[Path]:
+) -> Figure:
     """A row of panels per privacy notion present, a column per target (loosest first);
     `unreached[notion][tau]` names the methods with no configuration within tau there."""
     notions = [n for n in NOTIONS if (rows["privacy_notion"] == n).any()]
     taus = sorted(rows["tau"].unique(), reverse=True)
     eps = sorted(float(e) for e in tuned.config["epsilons"])
-    fig, axes = plt.subplots(
-        len(notions),
-        len(taus),
-        figsize=(4.8 * len(taus), 4.0 * len(notions)),
-        sharey=True,
-        squeeze=False,
-    )
+    fig, axes = new_figure(len(notions), len(taus), (4.8, 4.0), sharey=True)
     shared = rows[rows["privacy_notion"] == "non-private"]
     plugins = {**tuned.plugins, **{k + SENSITIVE_MARK: v for k, v in tuned.plugins.items()}}
+    labelled = []
     for i, notion in enumerate(notions):
         mine = pd.concat([rows[rows["privacy_notion"] == notion], shared])
         for j, tau in enumerate(taus):
             ax = axes[i][j]
-            _panel(
-                ax,
-                mine,
-                "logistic",
-                tau,
-                plugins,
-                eps,
-                unreached.get(notion, {}).get(float(tau), ""),
-            )
+            note = unreached.get(notion, {}).get(float(tau), "")
+            tau_panel(ax, mine, "logistic", tau, plugins, eps, note)
             ax.set_title(f"{NOTION_TITLES[notion]} · τ = {tau:g}", fontsize=10)
             if notion == "sensitive-attribute":
-                _published(
-                    ax, points[points["dataset"] == dataset], tau, rows["constraint"].iloc[0]
-                )
+                here = points[points["dataset"] == dataset]
+                labelled.append((ax, _published(ax, here, tau, rows["constraint"].iloc[0])))
         axes[i][0].set_ylabel("test error (tuned at τ)")
-    fig.suptitle(
+    suptitle(
+        fig,
         f"{dataset} · {rows['constraint'].iloc[0]}: tuned with equal budgets at each τ, "
         f"{len(tuned.config['final_seeds'])} fresh seeds (mean, 95% CI); tuning not "
         "charged to ε",
-        fontsize=10,
     )
-    entries: dict[str, object] = {}
-    for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            entries.setdefault(label, handle)
-    fig.legend(
-        entries.values(),
-        entries.keys(),
-        fontsize=8,
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-        frameon=False,
-    )
-    fig.tight_layout()
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
-    plt.close(fig)
-    return paths
+    legend_outside(fig, [ax for row in axes for ax in row])
+    for ax, labels in labelled:
+        place_labels(ax, labels, color="grey", fontsize=5)
+    return finish(fig)
 
 
 PUBLISHED_MARKERS = {"PFLD": "d", "Jagielski-Inprocessing": ">", "DP-ERM_Mitigation": "8"}
 
 
-def _published(ax, points: pd.DataFrame, tau: float, constraint: str) -> None:
+def _published(
+    ax, points: pd.DataFrame, tau: float, constraint: str
+) -> list[tuple[str, float, float]]:
     """Published points of this constraint at their epsilon: filled black where their own
-    violation is within tau, hollow grey (violation written beside) where it is not."""
+    violation is within tau, hollow grey where it is not; returns the labels (violation, x, y)
+    to write beside the hollow ones where there is room (references.md lists every one)."""
     mine = points[(points["experiment"] == constraint) & points["epsilon"].map(math.isfinite)]
+    labels: list[tuple[str, float, float]] = []
     for method, grp in mine.groupby("method"):
         marker = PUBLISHED_MARKERS.get(method, "x")
         within = grp[grp["fairness_violation"] <= tau]
@@ -403,100 +404,95 @@ def _published(ax, points: pd.DataFrame, tau: float, constraint: str) -> None:
             markersize=6,
             label=f"published {method} (violation > τ)",
         )
-        for r in above.itertuples():
-            ax.annotate(
-                f"{r.fairness_violation:.3f}",
-                (r.epsilon, r.test_error),
-                fontsize=5,
-                color="grey",
-                textcoords="offset points",
-                xytext=(3, -6),
-            )
+        labels += [
+            (f"{r.fairness_violation:.3f}", r.epsilon, r.test_error) for r in above.itertuples()
+        ]
+    return labels
 
 
-def dominance_markdown(table: pd.DataFrame) -> list[str]:
-    lines = [
-        "## Does a seed method beat each baseline at τ?",
-        "",
+def dominance_document(table: pd.DataFrame) -> Document:
+    doc = Document().heading(2, "Does a seed method beat each baseline at τ?")
+    doc.add(
         "Paired over the shared fresh seeds: mean test-error difference (seed − other) "
         "with its 95% t-interval. **dominates**: the interval lies below 0 and the seed "
         "method's mean test violation is no larger; **worse**: the interval lies above 0; "
-        "**no**: neither.",
-        "",
-        "| notion | ε | τ | seed | other | seed error | other error | difference | "
-        "seed violation | other violation | verdict |",
-        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|",
+        "**no**: neither."
+    )
+    columns = [
+        "notion",
+        "ε",
+        "τ",
+        "seed",
+        "other",
+        "seed error",
+        "other error",
+        "difference",
+        "seed violation",
+        "other violation",
+        "verdict",
     ]
-    for r in table.sort_values(
-        ["privacy_notion", "epsilon", "tau", "seed_method", "other"],
-        ascending=[True, True, False, True, True],
-    ).itertuples():
-        lines.append(
-            f"| {r.privacy_notion} | {r.epsilon:g} | {r.tau:g} | {r.seed_method} | "
-            f"{r.other} | {r.error_seed:.4f} | {r.error_other:.4f} | "
-            f"{r.difference:+.4f} ± {r.ci95:.4f} | {r.violation_seed:.4f} | "
-            f"{r.violation_other:.4f} | {r.dominates} |"
-        )
-    return lines
+    rows = [
+        [
+            r.privacy_notion,
+            f"{r.epsilon:g}",
+            f"{r.tau:g}",
+            r.seed_method,
+            r.other,
+            f"{r.error_seed:.4f}",
+            f"{r.error_other:.4f}",
+            f"{r.difference:+.4f} ± {r.ci95:.4f}",
+            f"{r.violation_seed:.4f}",
+            f"{r.violation_other:.4f}",
+            r.dominates,
+        ]
+        for r in table.sort_values(
+            ["privacy_notion", "epsilon", "tau", "seed_method", "other"],
+            ascending=[True, True, False, True, True],
+        ).itertuples()
+    ]
+    return doc.add(Table(columns, rows, "lrrllrrrrrl"))
 
 
-def build(tune_outs: list[Path], dest: Path, references: Path = REFERENCES) -> list[Path]:
+def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Output]:
     """Per (dataset, constraint) `<key>.csv`, `<key>.png/.pdf`, `<key>-dominance.csv`;
-    `references.csv/.md` for the published points; `README.md` with every table. Returns the
-    files written."""
-    if not tune_outs:
+    `references.csv/.md` for the published points; `README.md` with every table."""
+    if not inputs:
         raise ConfigError("give at least one `fairbench tune` output directory")
     points = published_points(references)
-    dest.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    report = [
-        "# fig-literature: the field's baselines, tuned, in both privacy notions",
-        "",
+    report = Document().heading(
+        1, "fig-literature: the field's baselines, tuned, in both privacy notions"
+    )
+    report.add(
         "Equal budgets per method and ε, selection on validation, fresh seeds for the "
         "final runs (`fairbench tune`). Methods marked (A at test) read the sensitive "
-        "attribute at prediction time.",
-        "",
-    ]
+        "attribute at prediction time."
+    )
     columns = [*COLUMNS, "privacy_notion", "uses_sensitive_at_test"]
     every = []
-    for tuned in (load_tune_output(p) for p in tune_outs):
+    for tuned in (load_tune_output(p) for p in inputs):
         rows, errors = literature_rows(tuned)
         every.append(rows)
         missing = unreachable(tuned)
         missing["privacy_notion"] = missing["method"].map(_label_notion(tuned))
-        report += [
-            f"Tune output `{tuned.path}`: {tuned.config['budget']} configurations per "
-            "method and ε.",
-            "",
-        ]
+        report.add(
+            f"Tune output `{tuned.path}`: {tuned.config['budget']} configurations per method and ε."
+        )
         for (dataset, constraint), mine in rows.groupby(["dataset", "constraint"]):
             key = f"{dataset}-{constraint}"
             mine = mine.sort_values(
                 ["privacy_notion", "tau", "method", "epsilon"], ascending=[True, False, True, True]
             )
-            written.append(_write(dest / f"{key}.csv", mine[columns].to_csv(index=False)))
+            yield Csv(f"{key}.csv", mine[columns])
             gone = missing[(missing["dataset"] == dataset) & (missing["constraint"] == constraint)]
-            unreached = {
-                n: {t: textwrap.fill(text, 90) for t, text in unreached_text(grp).items()}
-                for n, grp in gone.groupby("privacy_notion")
-            }
-            paths = literature_figure(mine, points, tuned, dataset, dest / key, unreached)
-            written += paths
+            unreached = {n: unreached_text(grp) for n, grp in gone.groupby("privacy_notion")}
+            yield Plot(key, literature_figure(mine, points, tuned, dataset, unreached))
             table = dominance(mine, errors)
-            written.append(_write(dest / f"{key}-dominance.csv", table.to_csv(index=False)))
-            report += [
-                f"# {dataset} · {constraint}",
-                "",
-                f"![{paths[0].name}]({paths[0].name})",
-                "",
-                f"Rows: `{key}.csv`.",
-                "",
-                *dominance_markdown(table),
-                "",
-            ]
+            yield Csv(f"{key}-dominance.csv", table)
+            report.heading(1, f"{dataset} · {constraint}")
+            report.add(Images([(f"{key}.png", f"{key}.png")]), f"Rows: `{key}.csv`.")
+            report.extend(dominance_document(table))
     table = matched(pd.concat(every, ignore_index=True), points)
-    written.append(_write(dest / "references.csv", table.to_csv(index=False)))
-    written.append(_write(dest / "references.md", references_markdown(table)))
-    report += ["See `references.md` for the published Adult points against ours.", ""]
-    written.append(_write(dest / "README.md", "\n".join(report)))
-    return written
+    yield Csv("references.csv", table)
+    yield Doc("references", references_document(table))
+    report.add("See `references.md` for the published Adult points against ours.")
+    yield Doc("README", report)

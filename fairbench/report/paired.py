@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fairbench.report.aggregate import PANEL, POINT, ci95
-from fairbench.report.caveats import caveats_markdown
+from fairbench.report.document import Document, Table, Warnings
 
 DEFAULT_LEVELS = (0.02, 0.05, 0.10)
 PAIRED_COLUMNS = [
@@ -123,11 +123,10 @@ def _sigma(a: float, b: float) -> str:
     return " / ".join("–" if math.isnan(v) else f"{v:.3g}" for v in (a, b))
 
 
-def paired_markdown(paired: pd.DataFrame, title: str, warnings: list[str]) -> str:
-    lines = [
-        f"# {title}: paired comparisons at fixed violation levels",
-        *caveats_markdown(warnings),
-        "",
+def paired_document(paired: pd.DataFrame, title: str, warnings: list[str]) -> Document:
+    doc = Document().heading(1, f"{title}: paired comparisons at fixed violation levels")
+    doc.add(
+        Warnings(warnings),
         "Per level v, each method's configuration is chosen on the validation split (lowest "
         "validation error with validation violation ≤ v); methods that cannot reach v are left "
         "out. difference: mean over shared seeds of method_a's test error minus method_b's, "
@@ -135,32 +134,46 @@ def paired_markdown(paired: pd.DataFrame, title: str, warnings: list[str]) -> st
         "Hyperparameter tuning is not charged to the privacy budget. steps and σ: each side's "
         "optimisation steps and Gaussian noise multiplier (means over the paired seeds), so a "
         "verdict between lopsided budgets can be seen as such.",
-        "",
-        "## Wins / ties / losses",
-        "",
-        "| dataset | level | method | wins | ties | losses |",
-        "|---|---:|---|---:|---:|---:|",
-    ]
-    for r in wins_ties_losses(paired).itertuples(index=False):
-        lines.append(
-            f"| {r.dataset} | {r.level:g} | {r.method} | {r.wins} | {r.ties} | {r.losses} |"
+    )
+    doc.heading(2, "Wins / ties / losses")
+    doc.add(
+        Table(
+            ["dataset", "level", "method", "wins", "ties", "losses"],
+            [
+                [r.dataset, f"{r.level:g}", r.method, str(r.wins), str(r.ties), str(r.losses)]
+                for r in wins_ties_losses(paired).itertuples(index=False)
+            ],
+            "lrlrrr",
         )
+    )
+    columns = [
+        "method_a",
+        "method_b",
+        "pairs",
+        "error a",
+        "error b",
+        "difference",
+        "verdict",
+        "steps a / b",
+        "σ a / b",
+    ]
     for key, panel in paired.groupby([*PANEL, "level"], dropna=False, sort=True):
         dataset, constraint, notion, eps, _, level = key
         privacy = "non-private" if np.isinf(eps) else f"ε = {eps:g} ({notion})"
-        lines += [
-            "",
-            f"## {dataset} · {constraint} · {privacy} · violation ≤ {level:g}",
-            "",
-            "| method_a | method_b | pairs | error a | error b | difference | verdict | "
-            "steps a / b | σ a / b |",
-            "|---|---|---:|---:|---:|---:|---|---:|---:|",
+        doc.heading(2, f"{dataset} · {constraint} · {privacy} · violation ≤ {level:g}")
+        rows = [
+            [
+                r.method_a,
+                r.method_b,
+                str(r.n_pairs),
+                f"{r.error_a:.4f}",
+                f"{r.error_b:.4f}",
+                f"{r.difference_mean:+.4f} ± {r.difference_ci95:.4f}",
+                r.verdict,
+                _steps(r.steps_a, r.steps_b),
+                _sigma(r.noise_multiplier_a, r.noise_multiplier_b),
+            ]
+            for r in panel.itertuples(index=False)
         ]
-        for r in panel.itertuples(index=False):
-            lines.append(
-                f"| {r.method_a} | {r.method_b} | {r.n_pairs} | {r.error_a:.4f} | "
-                f"{r.error_b:.4f} | {r.difference_mean:+.4f} ± {r.difference_ci95:.4f} | "
-                f"{r.verdict} | {_steps(r.steps_a, r.steps_b)} | "
-                f"{_sigma(r.noise_multiplier_a, r.noise_multiplier_b)} |"
-            )
-    return "\n".join(lines) + "\n"
+        doc.add(Table(columns, rows, "llrrrrlrr"))
+    return doc

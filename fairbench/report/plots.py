@@ -7,17 +7,13 @@ the legend sits outside the data, and the title says what the figure compares.""
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
 from fairbench.report.aggregate import dominated
+from fairbench.report.figure import finish, legend_outside, new_figure, place_labels, save
 from fairbench.report.palette import LINESTYLES, style
 
 # how a run chose its hyper-parameters when `fairbench tune` did not (every title says it)
@@ -33,7 +29,12 @@ def _linestyles(points: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def _series(ax, points: pd.DataFrame, lines: dict[str, str], hollow: bool = False) -> None:
+Label = tuple[str, float, float, str]  # text, x, y, colour
+
+
+def _series(ax, points: pd.DataFrame, lines: dict[str, str], hollow: bool = False) -> list[Label]:
+    """The points' series with CI bars; returns the knob values to write beside the points."""
+    labels: list[Label] = []
     for (label, _config), series in points.groupby(["label", "config_id"], sort=True):
         series = series.sort_values("knob")
         look = style(series["method"].iloc[0])
@@ -51,16 +52,17 @@ def _series(ax, points: pd.DataFrame, lines: dict[str, str], hollow: bool = Fals
             markerfacecolor="none" if hollow else look.color,
             alpha=0.8 if hollow else 1.0,
         )
-        for row in series.itertuples():
-            if row.knob_values:
-                ax.annotate(
-                    row.knob_values,
-                    (row.violation_mean, row.test_error_mean),
-                    textcoords="offset points",
-                    xytext=(4, 3),
-                    fontsize=6,
-                    color=look.color,
-                )
+        labels += [
+            (row.knob_values, row.violation_mean, row.test_error_mean, look.color)
+            for row in series.itertuples()
+            if row.knob_values
+        ]
+    return labels
+
+
+def _knob_labels(ax, labels: list[Label]) -> None:
+    """Each knob value beside its point where it touches no other text (pareto.md has all)."""
+    place_labels(ax, labels)
 
 
 def _eps_title(eps: float) -> str:
@@ -79,16 +81,9 @@ def _suptitle(
     )
 
 
-def _save(fig, stem: Path) -> Path:
-    """PNG (for reading) and PDF (for papers); returns the PNG path. The file name keeps
-    letters, digits, `.`, `_` and `-` only, so it needs no quoting in a shell."""
-    stem = stem.with_name(re.sub(r"[^A-Za-z0-9_.-]+", "_", stem.name).strip("_"))
-    fig.savefig(stem.with_suffix(".png"), dpi=130, bbox_inches="tight")
-    fig.savefig(
-        stem.with_suffix(".pdf"), bbox_inches="tight", metadata={"CreationDate": None}
-    )  # reproducible bytes
-    plt.close(fig)
-    return stem.with_suffix(".png")
+def _save(fig: Figure, stem: Path) -> Path:
+    """PNG (for reading) and PDF (for papers) through `figure.save`; returns the PNG path."""
+    return save(fig, stem)[0]
 
 
 def _frontier(ax, points: pd.DataFrame) -> None:
@@ -124,24 +119,6 @@ def _published(ax, references: list[dict], dataset, constraint, notion, eps) -> 
         )
 
 
-def _legend_outside(fig, axes) -> None:
-    """One legend for every series of every panel (a published curve may sit in one only),
-    to the right of the panels so that it never covers data."""
-    entries = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            entries.setdefault(label, handle)
-    fig.legend(
-        entries.values(),
-        entries.keys(),
-        fontsize=8,
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-        frameon=False,
-    )
-    fig.tight_layout()
-
-
 def trade_off_figure(
     points: pd.DataFrame,
     dataset: str,
@@ -164,27 +141,37 @@ def trade_off_figure(
     epsilons = sorted(grp["epsilon"].unique())
     lines = _linestyles(points)
     if ax is None:
-        fig = Figure(figsize=(4.2 * len(epsilons), 3.8))
-        axes = fig.subplots(1, len(epsilons), squeeze=False, sharey=True)[0]
+        fig, grid = new_figure(1, len(epsilons), (4.2, 3.8), sharey=True)
+        axes = grid[0]
     else:
         fig, axes = ax.figure, [ax]
         if len(epsilons) != 1:
             raise ValueError(f"one axes shows one epsilon; these points hold {epsilons}")
+    labels = []
     for panel_ax, eps in zip(axes, epsilons, strict=True):
         panel = grp[grp["epsilon"] == eps]
+        mine = []
         if not math.isinf(eps):
             _frontier(panel_ax, panel)
-            _series(panel_ax, panel, lines)
+            mine += _series(panel_ax, panel, lines)
         _published(panel_ax, references or [], dataset, constraint, notion, eps)
-        _series(panel_ax, refs, lines, hollow=True)
+        mine += _series(panel_ax, refs, lines, hollow=True)
+        labels.append((panel_ax, mine))
         panel_ax.set_title(_eps_title(eps), fontsize=9)
         panel_ax.set_xlabel(f"{constraint.replace('_', ' ')} violation (test)")
         panel_ax.grid(alpha=0.3)
     axes[0].set_ylabel("test error")
     if ax is None:
         _suptitle(fig, dataset, constraint, notion, pd.concat([grp, refs]), hyper)
-        _legend_outside(fig, axes)
-    else:
+        legend_outside(fig, axes)
+        for panel_ax, mine in labels:
+            _knob_labels(panel_ax, mine)
+        finish(fig)
+    else:  # the caller's axes (a notebook's): written where they fall, its canvas untouched
+        for text, x, y, colour in labels[0][1]:
+            ax.annotate(
+                text, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6, color=colour
+            )
         ax.legend(fontsize=7)
     return fig
 
@@ -222,9 +209,7 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path, hyper: str = UNTUN
         private = grp[~grp["epsilon"].map(math.isinf)]
         refs = grp[grp["epsilon"].map(math.isinf)]
         epsilons = sorted(private["epsilon"].unique()) or [math.inf]
-        fig, axes = plt.subplots(
-            1, len(epsilons), figsize=(3.8 * len(epsilons), 3.8), squeeze=False, sharey=True
-        )
+        fig, axes = new_figure(1, len(epsilons), (3.8, 3.8), sharey=True)
         top = float(max(grp["knob"].max(), grp["violation_mean"].max())) * 1.1
         for ax, eps in zip(axes[0], epsilons, strict=True):
             ax.plot([0, top], [0, top], color="0.5", ls="--", lw=0.8, label="violation = γ")
@@ -250,6 +235,6 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path, hyper: str = UNTUN
         axes[0][0].set_ylabel(f"{constraint.replace('_', ' ')} on test")
         notion = ", ".join(sorted(grp["privacy_notion"].unique()))
         _suptitle(fig, dataset, constraint, notion, grp, hyper)
-        _legend_outside(fig, axes[0])
+        legend_outside(fig, axes[0])
         written.append(_save(fig, out_dir / f"{dataset}_{constraint}_satisfaction"))
     return written

@@ -1,7 +1,8 @@
 """`fig-privacy-cost`: what privacy costs at a fairness target, from `fairbench tune` outputs.
 
 One job: turn tuned runs into the headline table of issue 16 (the notes beside it are
-privacy_cost_notes', the drawing privacy_cost_plot's; `build` writes all three). For each
+privacy_cost_notes', the drawing privacy_cost_plot's; `outputs` yields all three, written by
+`registry.build` as `fairbench figure privacy-cost`). For each
 (dataset, model, constraint, target tau, method, epsilon) the row describes the configuration
 that tune selected on validation at tau, re-run on fresh seeds and evaluated once on test. A
 method that no configuration brought within tau on validation has no row; the notes list it,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,13 @@ import pandas as pd
 import yaml
 
 from fairbench.errors import ConfigError
+from fairbench.figures import Csv, Doc, Output, Plot
 from fairbench.report.aggregate import ci95, trials_frame
 from fairbench.report.privacy_cost_notes import (
     ERROR_ONLY,
     WITHIN_TAU,
     by_model,
-    dataset_markdown,
+    dataset_document,
     unreached_text,
 )
 from fairbench.report.privacy_cost_plot import privacy_cost_figure
@@ -130,7 +133,9 @@ def load_tune_output(path: Path) -> TuneOutput:
     )
 
 
-def _final_trials(tuned: TuneOutput, row: pd.Series) -> pd.DataFrame:
+def final_trials(tuned: TuneOutput, row: pd.Series) -> pd.DataFrame:
+    """The fresh-seed final trials of the configuration a selection row names (empty if its
+    final run has not finished)."""
     final = tuned.final
     if final.empty:
         return final
@@ -156,7 +161,7 @@ def cost_rows(tuned: TuneOutput) -> pd.DataFrame:
     free = unconstrained(tuned)
     rows = []
     for _, sel in tuned.selection.dropna(subset=["selected"]).iterrows():
-        trials = _final_trials(tuned, sel)
+        trials = final_trials(tuned, sel)
         if trials.empty:  # the final run has not finished: no row rather than a wrong one
             continue
         tau = float(sel["target"])
@@ -251,14 +256,6 @@ def search_spread(tuned: TuneOutput) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SPREAD_COLUMNS)
 
 
-def _write(path: Path, text: str) -> Path:
-    """Never a half-written file under the final name."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
-
-
 def _meta(tuned: TuneOutput, name: str) -> dict[str, Any]:
     finite = [float(e) for e in tuned.config["epsilons"]]
     models = sorted({tuned.models[m] for m in tuned.plugins})
@@ -277,12 +274,12 @@ def _meta(tuned: TuneOutput, name: str) -> dict[str, Any]:
     }
 
 
-def build(outputs: list[Path], dest: Path) -> list[Path]:
+def outputs(inputs: list[Path]) -> Iterator[Output]:
     """Per dataset: `<key>.csv` (COLUMNS), `<key>-search-spread.csv` (SPREAD_COLUMNS), a
-    figure per model (`<key>-<model>.png/.pdf`) and `<key>.md`. Returns the files written."""
-    if not outputs:
+    figure per model (`<key>-<model>.png/.pdf`) and the notes `<key>.md` (and `.tex`)."""
+    if not inputs:
         raise ConfigError("give at least one `fairbench tune` output directory")
-    tuned = [load_tune_output(p) for p in outputs]
+    tuned = [load_tune_output(p) for p in inputs]
     rows = pd.concat([cost_rows(t) for t in tuned], ignore_index=True)
     clash = rows[rows.duplicated(KEY, keep=False)]
     if len(clash):
@@ -294,41 +291,28 @@ def build(outputs: list[Path], dest: Path) -> list[Path]:
         )
     missing = pd.concat([unreachable(t) for t in tuned], ignore_index=True)
     spread = pd.concat([search_spread(t) for t in tuned], ignore_index=True)
-    dest.mkdir(parents=True, exist_ok=True)
     plugins = {label: name for t in tuned for label, name in t.plugins.items()}
-    written: list[Path] = []
+    order = {"by": ["model", "tau", "method", "epsilon"], "ascending": [True, False, True, True]}
     keys = sorted({key for t in tuned for key, _ in t.datasets.values()})
     for key in keys:
         meta = [_meta(t, name) for t in tuned for name, (k, _) in t.datasets.items() if k == key]
-        mine = rows[rows["dataset"] == key].sort_values(
-            ["model", "tau", "method", "epsilon"], ascending=[True, False, True, True]
-        )
-        written.append(_write(dest / f"{key}.csv", mine[COLUMNS].to_csv(index=False)))
-        spread_file = dest / f"{key}-search-spread.csv"
-        written.append(
-            _write(
-                spread_file,
-                spread[spread["dataset"] == key]
-                .sort_values(
-                    ["model", "tau", "method", "epsilon"], ascending=[True, False, True, True]
-                )
-                .to_csv(index=False),
-            )
-        )
+        mine = rows[rows["dataset"] == key].sort_values(**order)
+        yield Csv(f"{key}.csv", mine[COLUMNS])
+        yield Csv(f"{key}-search-spread.csv", spread[spread["dataset"] == key].sort_values(**order))
         figures: list[str] = []
         for model, m in by_model(meta).items():
-            stem = dest / f"{key}-{model}"
             gone = missing[(missing["dataset"] == key) & (missing["model"] == model)]
-            paths = privacy_cost_figure(mine, model, plugins, stem, m, unreached_text(gone))
-            written += paths
-            figures += [p.name for p in paths]
-        text = dataset_markdown(
+            stem = f"{key}-{model}"
+            yield Plot(stem, privacy_cost_figure(mine, model, plugins, m, unreached_text(gone)))
+            figures.append(f"{stem}.png")
+        yield Doc(
             key,
-            meta,
-            mine,
-            missing[missing["dataset"] == key],
-            spread[spread["dataset"] == key],
-            figures,
+            dataset_document(
+                key,
+                meta,
+                mine,
+                missing[missing["dataset"] == key],
+                spread[spread["dataset"] == key],
+                figures,
+            ),
         )
-        written.append(_write(dest / f"{key}.md", text))
-    return written

@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from fairbench.report.document import Bullets, Document, Images, Table
+
 # how a row's configuration was chosen: at the target, or (an accuracy reference such as
 # DP-SGD, which has no fairness knob) on validation error alone, the same at every target
 WITHIN_TAU, ERROR_ONLY = "within_tau", "error_only"
@@ -87,14 +89,19 @@ def _verdict_text(item: dict[str, Any]) -> str:
 
 def _bites_table(
     rows: pd.DataFrame, items: list[dict[str, Any]], model: str, name: Callable[[str], str]
-) -> list[str]:
+) -> Table:
     """The verdict table of one model: both ends' errors, the gap and the summed margins."""
     low, high = items[0]["low"], items[0]["high"]
-    lines = [
-        f"| τ | method | error at ε = {low:g} | error at ε = {high:g} | difference | "
-        "CI half-widths summed | privacy bites? |",
-        "|---:|---|---:|---:|---:|---:|---|",
+    columns = [
+        "τ",
+        "method",
+        f"error at ε = {low:g}",
+        f"error at ε = {high:g}",
+        "difference",
+        "CI half-widths summed",
+        "privacy bites?",
     ]
+    out = []
     for item in sorted(items, key=lambda i: (-i["tau"], i["method"])):
         at = rows[
             (rows["model"] == model)
@@ -104,13 +111,17 @@ def _bites_table(
         cells = [
             f"{at.loc[e, 'test_error_mean']:.4f}" if e in at.index else "—" for e in (low, high)
         ]
-        diff = "" if math.isnan(item["difference"]) else f"{item['difference']:+.4f}"
-        margin = "" if math.isnan(item["margin"]) else f"{item['margin']:.4f}"
-        lines.append(
-            f"| {item['tau']:g} | {name(item['method'])} | {cells[0]} | {cells[1]} | "
-            f"{diff} | {margin} | {_verdict_text(item)} |"
+        out.append(
+            [
+                f"{item['tau']:g}",
+                name(item["method"]),
+                *cells,
+                "" if math.isnan(item["difference"]) else f"{item['difference']:+.4f}",
+                "" if math.isnan(item["margin"]) else f"{item['margin']:.4f}",
+                _verdict_text(item),
+            ]
         )
-    return lines
+    return Table(columns, out, "rlrrrrl")
 
 
 def _plain_words(items: list[dict[str, Any]], model: str, name: Callable[[str], str]) -> list[str]:
@@ -121,34 +132,31 @@ def _plain_words(items: list[dict[str, Any]], model: str, name: Callable[[str], 
         yes = [name(i["method"]) for i in mine if i["bites"]]
         no = [name(i["method"]) for i in mine if i["bites"] is False]
         unsure = [name(i["method"]) for i in mine if i["bites"] is None]
-        lines += [
-            "",
+        lines.append(
             f"In plain words ({model}, τ = {tau:g}): privacy bites for "
             f"{', '.join(yes) or 'no method'}; it does not for "
             f"{', '.join(no) or 'no method'}"
             + (f"; cannot say for {', '.join(unsure)}" if unsure else "")
-            + ".",
-        ]
+            + "."
+        )
     return lines
 
 
-def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -> list[str]:
-    lines = [
-        "## Does privacy bite?",
-        "",
+def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -> Document:
+    doc = Document().heading(2, "Does privacy bite?")
+    doc.add(
         "A method's privacy *bites* when its test error at the smallest ε exceeds its "
         "error at the largest ε by more than the sum of the two 95% CI half-widths. "
-        '"Cannot say": the method reaches τ at only one of the two (or has one seed).',
-    ]
+        '"Cannot say": the method reaches τ at only one of the two (or has one seed).'
+    )
     chosen_on_error = rows["selection_rule"] == ERROR_ONLY
     free = set(rows.loc[chosen_on_error & rows["epsilon"].map(math.isfinite), "method"])
     if free:
-        lines += [
-            "",
+        doc.add(
             f"{', '.join(sorted(free))}: no fairness knob, so selected on validation error "
             'alone (the private accuracy reference, marked "no constraint"); its verdict '
-            "is the price of privacy for accuracy, not at τ.",
-        ]
+            "is the price of privacy for accuracy, not at τ."
+        )
 
     def name(method: str) -> str:
         return f"{method} (no constraint)" if method in free else method
@@ -156,54 +164,53 @@ def _bites_section(rows: pd.DataFrame, models: dict[str, tuple[float, float]]) -
     verdicts = []
     for model, (low, high) in sorted(models.items()):
         if low == high:
-            lines += ["", f"### {model}: tuned at ε = {low:g} only: nothing to compare"]
+            doc.heading(3, f"{model}: tuned at ε = {low:g} only: nothing to compare")
             continue
         items = privacy_bites(rows[rows["model"] == model], low, high)
         verdicts += items
-        lines += ["", f"### {model}: ε = {low:g} vs ε = {high:g}", ""]
-        lines += _bites_table(rows, items, model, name) if items else []
-        lines += _plain_words(items, model, name)
+        doc.heading(3, f"{model}: ε = {low:g} vs ε = {high:g}")
+        if items:
+            doc.add(_bites_table(rows, items, model, name))
+        doc.add(*_plain_words(items, model, name))
     decided = [i for i in verdicts if i["bites"] is not None]
     if decided and not any(i["bites"] for i in decided):
-        lines += [
-            "",
+        doc.add(
             "**No price of privacy is visible here**: for every private method that "
             "reaches τ at both ends, error at the smallest ε is within the confidence "
-            "band of the largest ε (issue 16, item 5).",
-        ]
-    return lines
+            "band of the largest ε (issue 16, item 5)."
+        )
+    return doc
 
 
-def _spread_section(spread: pd.DataFrame, file: str) -> list[str]:
+def _spread_section(spread: pd.DataFrame, file: str) -> Document:
     """Min–max validation error over all searched configurations, per method and ε."""
-    lines = [
-        "## Spread across configurations",
-        "",
+    doc = Document().heading(2, "Spread across configurations")
+    doc.add(
         f"Validation error of every configuration the search drew (mean over search seeds), "
         f"min – max per method and ε; per τ, the range among configurations within τ is in "
         f"`{file}` (columns `feasible_val_error_min/max`, with `n_feasible`, and "
-        "`n_infeasible` for draws whose noise could not be calibrated at that ε).",
-    ]
+        "`n_infeasible` for draws whose noise could not be calibrated at that ε)."
+    )
     one_tau = spread[spread["tau"] == spread["tau"].max()]
     for model, grp in one_tau.groupby("model", sort=True):
         eps = sorted(grp["epsilon"].unique())
-        lines += [
-            "",
-            f"### {model}",
-            "",
-            "| method | " + " | ".join(_fmt_eps(e) for e in eps) + " |",
-            "|---|" + "---:|" * len(eps),
-        ]
-        for method, rows in grp.groupby("method", sort=True):
-            at = rows.set_index("epsilon")
-            cells = [
-                f"{at.loc[e, 'val_error_min']:.3f} – {at.loc[e, 'val_error_max']:.3f}"
-                if e in at.index
-                else ""
-                for e in eps
-            ]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return lines
+        rows = []
+        for method, mine in grp.groupby("method", sort=True):
+            at = mine.set_index("epsilon")
+            rows.append(
+                [
+                    method,
+                    *(
+                        f"{at.loc[e, 'val_error_min']:.3f} – {at.loc[e, 'val_error_max']:.3f}"
+                        if e in at.index
+                        else ""
+                        for e in eps
+                    ),
+                ]
+            )
+        doc.heading(3, model)
+        doc.add(Table(["method", *(_fmt_eps(e) for e in eps)], rows, "l" + "r" * len(eps)))
+    return doc
 
 
 def _caption(delta: float) -> list[str]:
@@ -222,7 +229,6 @@ def _caption(delta: float) -> list[str]:
         "a private method without a fairness knob (DP-SGD), selected on validation error "
         "alone, the same in both panels: the private accuracy reference, so the gap "
         "between it and a fair method is what the target costs at that ε.",
-        "",
         "**Tuning is not charged to the privacy budget**: each point's ε covers the final "
         "model's training only; the search fits that chose it are not accounted (as in "
         "the papers). The spread across configurations below shows how much the choice "
@@ -230,59 +236,65 @@ def _caption(delta: float) -> list[str]:
     ]
 
 
-def _unreached_section(missing: pd.DataFrame) -> list[str]:
+def _unreached_section(missing: pd.DataFrame) -> Document:
     """Each (model, tau, method) with no point, and how many draws were infeasible there."""
-    lines = ["## Cannot reach τ", ""]
+    doc = Document().heading(2, "Cannot reach τ")
     if missing.empty:
-        return [*lines, "Every method reached every τ at every ε on validation."]
-    lines += ["No configuration within τ on validation, so no row and no point:", ""]
+        return doc.add("Every method reached every τ at every ε on validation.")
+    items = []
     for (model, tau, method), grp in missing.groupby(["model", "tau", "method"], sort=True):
         eps = ", ".join(_fmt_eps(e) for e in sorted(grp["epsilon"]))
         where = "(non-private)" if eps == "non-private" else f"at ε = {eps}"
         bad = int(grp["infeasible"].sum())
         note = f" ({bad} draws could not be calibrated at these ε)" if bad else ""
-        lines.append(f"- {model}, τ = {tau:g}: {method} {where}{note}")
-    return lines
+        items.append(f"{model}, τ = {tau:g}: {method} {where}{note}")
+    intro = "No configuration within τ on validation, so no row and no point:"
+    return doc.add(intro, Bullets(items))
 
 
-def _steps_section(rows: pd.DataFrame) -> list[str]:
+def _steps_section(rows: pd.DataFrame) -> Document:
+    doc = Document().heading(2, "Step counts")
     imbalance = step_imbalance(rows)
     if not imbalance:
-        imbalance = [
+        return doc.add(
             "The selected private configurations ran step counts within 10× of each other "
             "at every ε and τ (`steps_mean`)."
-        ]
-        return ["## Step counts", "", *imbalance]
-    return ["## Step counts", "", *[f"- {line}" for line in imbalance]]
+        )
+    return doc.add(Bullets(imbalance))
 
 
-def dataset_markdown(
+def dataset_document(
     key: str,
     meta: list[dict[str, Any]],
     rows: pd.DataFrame,
     missing: pd.DataFrame,
     spread: pd.DataFrame,
     figures: list[str],
-) -> str:
+) -> Document:
     """The caption and notes beside one dataset's figures."""
     first = meta[0]
-    lines = [f"# fig-privacy-cost: {first['title']} · {first['constraint']}", ""]
-    lines += [f"![{name}]({name})" for name in figures if name.endswith(".png")]
-    lines += ["", *_caption(first["delta"]), ""]
-    for m in meta:
-        lines.append(
-            f"- {m['model']}: {m['budget']} configurations per method and ε, each on "
-            f"{m['search_seeds']} search seed(s); selected ones on {m['final_seeds']} "
-            f"fresh seeds; ε ∈ {{{', '.join(f'{e:g}' for e in m['epsilons'])}}}; "
-            f"tune output `{m['path']}`."
-        )
-    lines += ["", f"Table: `{key}.csv` (one row per model, τ, method and ε)."]
+    doc = Document().heading(1, f"fig-privacy-cost: {first['title']} · {first['constraint']}")
+    if figures:
+        doc.add(Images([(name, name) for name in figures]))
+    doc.add(*_caption(first["delta"]))
+    doc.add(
+        Bullets(
+            [
+                f"{m['model']}: {m['budget']} configurations per method and ε, each on "
+                f"{m['search_seeds']} search seed(s); selected ones on {m['final_seeds']} "
+                f"fresh seeds; ε ∈ {{{', '.join(f'{e:g}' for e in m['epsilons'])}}}; "
+                f"tune output `{m['path']}`."
+                for m in meta
+            ]
+        ),
+        f"Table: `{key}.csv` (one row per model, τ, method and ε).",
+    )
     ends = {model: (m["low"], m["high"]) for model, m in by_model(meta).items()}
-    lines += ["", *_bites_section(rows, ends)]
-    lines += ["", *_unreached_section(missing)]
-    lines += ["", *_steps_section(rows)]
-    lines += ["", *_spread_section(spread, f"{key}-search-spread.csv")]
-    return "\n".join(lines) + "\n"
+    doc.extend(_bites_section(rows, ends))
+    doc.extend(_unreached_section(missing))
+    doc.extend(_steps_section(rows))
+    doc.extend(_spread_section(spread, f"{key}-search-spread.csv"))
+    return doc
 
 
 def by_model(meta: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -12,16 +12,13 @@ epsilon, where a reader looks for "no privacy at all"."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from fairbench.report.figure import finish, legend_outside, new_figure, panel_note, suptitle
 from fairbench.report.palette import style
 from fairbench.report.privacy_cost_notes import ERROR_ONLY
 
@@ -130,7 +127,8 @@ def _references(ax, rows: pd.DataFrame, model: str, tau: float) -> None:
 
 
 def _axes(ax, eps: list[float], edge: float, tau: float, empty: bool, unreached: str) -> None:
-    """Log epsilon axis with the non-private tick, title, and what has no point."""
+    """Log epsilon axis with the non-private tick, title, and what has no point (a note under
+    the panel, laid out with it)."""
     ax.set_xscale("log")
     ax.set_xticks([*eps, edge])
     ax.set_xticklabels([f"{e:g}" for e in eps] + ["non-\nprivate"])
@@ -138,22 +136,14 @@ def _axes(ax, eps: list[float], edge: float, tau: float, empty: bool, unreached:
     ax.minorticks_off()
     if empty:
         ax.text(0.5, 0.5, "no method reaches τ", transform=ax.transAxes, ha="center")
-    if unreached:
-        ax.text(
-            0.01,
-            0.01,
-            f"not within τ on validation (no point): {unreached}",
-            transform=ax.transAxes,
-            fontsize=6,
-            va="bottom",
-            wrap=True,
-        )
     ax.set_title(f"τ = {tau:g} (held-out violation target)", fontsize=10)
     ax.set_xlabel("ε (log scale)")
     ax.grid(alpha=0.3)
+    if unreached:
+        panel_note(ax, f"not within τ on validation (no point): {unreached}")
 
 
-def _panel(
+def tau_panel(
     ax,
     rows: pd.DataFrame,
     model: str,
@@ -162,6 +152,9 @@ def _panel(
     eps: list[float],
     unreached: str,
 ) -> None:
+    """One panel at target `tau`: the private methods' lines against epsilon, their
+    non-private twins at the right edge, ERM and the fair reference as horizontal lines, and a
+    note naming what has no point. fig-literature draws its panels with it too."""
     here = rows[(rows["model"] == model) & (rows["tau"] == tau)]
     edge = max(eps) * 3  # where the non-private twins sit, in every panel alike
     _private_lines(ax, here[here["epsilon"].map(math.isfinite).astype(bool)], plugins)
@@ -174,48 +167,29 @@ def privacy_cost_figure(
     rows: pd.DataFrame,
     model: str,
     plugins: dict[str, str],
-    stem: Path,
     meta: dict[str, Any],
     unreached: dict[float, str] | None = None,
-) -> list[Path]:
-    """Draw one dataset's figure for `model` from its rows (privacy_cost.COLUMNS); writes
-    `stem`.png and `stem`.pdf and returns both paths. `unreached` names, per tau, the methods
-    (and epsilons) that have no point because nothing was within tau on validation."""
+) -> Figure:
+    """One dataset's figure for `model` from its rows (privacy_cost.COLUMNS). `unreached`
+    names, per tau, the methods (and epsilons) that have no point because nothing was within
+    tau on validation."""
     unreached = unreached or {}
     taus = sorted(rows["tau"].unique(), reverse=True) or [math.nan]
-    fig, axes = plt.subplots(
-        1, len(taus), figsize=(4.8 * len(taus), 4.2), sharey=True, squeeze=False
-    )
+    fig, axes = new_figure(1, len(taus), (4.8, 4.2), sharey=True)
     eps = sorted(float(e) for e in meta["epsilons"])
     for ax, tau in zip(axes[0], taus, strict=True):
-        _panel(ax, rows, model, tau, plugins, eps, unreached.get(float(tau), ""))
+        tau_panel(ax, rows, model, tau, plugins, eps, unreached.get(float(tau), ""))
     axes[0][0].set_ylabel("test error (selected configuration)")
-    fig.suptitle(
+    suptitle(
+        fig,
         f"{meta['title']} · {meta['constraint']} · {model}: tuned at each τ, "
         f"{meta['final_seeds']} fresh seeds (mean, 95% CI); tuning not charged to ε",
-        fontsize=10,
     )
-    entries: dict[str, Any] = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            entries.setdefault(label, handle)
+    extra = {}
     mine = rows[rows["model"] == model]
     if (mine["satisfied_fraction"] < HOLLOW_BELOW).any():
-        entries["hollow: under half the fresh seeds meet τ on test"] = Line2D(
+        extra["hollow: under half the fresh seeds meet τ on test"] = Line2D(
             [], [], linestyle="none", marker="o", color="grey", markerfacecolor="white"
         )
-    if entries:
-        fig.legend(
-            entries.values(),
-            entries.keys(),
-            fontsize=8,
-            loc="center left",
-            bbox_to_anchor=(1.0, 0.5),
-            frameon=False,
-        )
-    fig.tight_layout()
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
-    plt.close(fig)
-    return paths
+    legend_outside(fig, axes[0], extra)
+    return finish(fig)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from fairbench.report.aggregate import dominated
+from fairbench.report.document import Document, Table
 
 COLUMNS = [
     "reference",
@@ -74,31 +75,26 @@ def compare(points: pd.DataFrame, references: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def references_markdown(table: pd.DataFrame, title: str) -> str:
-    lines = [
-        f"# {title}: published curves at matched violation",
-        "",
+def references_document(table: pd.DataFrame, title: str) -> Document:
+    doc = Document().heading(1, f"{title}: published curves at matched violation")
+    doc.add(
         "Our error at the published point's violation, interpolated along each series' own "
         "frontier (mean over seeds); difference = ours − published (negative: ours is "
-        "better). `not reached`: the series never gets down to that violation.",
-        "",
-    ]
+        "better). `not reached`: the series never gets down to that violation."
+    )
+    columns = ["published error", "published violation", "our error", "difference"]
     for keys, grp in table.groupby(["reference", "label", "privacy_notion", "epsilon"]):
         reference, label, notion, eps = keys
-        worst = grp["difference"].max()
-        lines += [
-            f"## {reference} vs {label} · {notion} · ε = {eps:g}",
-            "",
-            f"Worst difference over reached points: {worst:+.4f}",
-            "",
-            "| published error | published violation | our error | difference |",
-            "|---|---|---|---|",
+        doc.heading(2, f"{reference} vs {label} · {notion} · ε = {eps:g}")
+        doc.add(f"Worst difference over reached points: {grp['difference'].max():+.4f}")
+        rows = [
+            [
+                f"{row.published_error:.3f}",
+                f"{row.published_violation:.3f}",
+                "not reached" if math.isnan(row.our_error) else f"{row.our_error:.4f}",
+                "" if math.isnan(row.difference) else f"{row.difference:+.4f}",
+            ]
+            for row in grp.itertuples()
         ]
-        for row in grp.itertuples():
-            ours = "not reached" if math.isnan(row.our_error) else f"{row.our_error:.4f}"
-            diff = "" if math.isnan(row.difference) else f"{row.difference:+.4f}"
-            lines.append(
-                f"| {row.published_error:.3f} | {row.published_violation:.3f} | {ours} | {diff} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
+        doc.add(Table(columns, rows, "rrrr"))  # numbers (left-aligned until issue 36)
+    return doc

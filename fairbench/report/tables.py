@@ -1,4 +1,4 @@
-"""Writing trials and Pareto points as CSV and Markdown."""
+"""Writing trials as CSV (and Parquet), and the Pareto points as a document."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import PANEL
 from fairbench.report.budget import BUDGET_COLUMNS
-from fairbench.report.caveats import caveats_markdown
+from fairbench.report.document import Document, Table, Warnings
 
 LEAD_COLUMNS = [
     "trial_id",
@@ -82,23 +82,44 @@ def _met(row) -> str:
     )
 
 
-def budget_cells(row) -> str:
-    """Steps, epochs and noise multiplier of a point (means over seeds), as table cells."""
+def budget_cells(row) -> list[str]:
+    """Steps, epochs, batch size, noise multiplier and what was calibrated of a point (means
+    over seeds), as table cells."""
     sigma = "" if math.isnan(row.noise_multiplier_mean) else f"{row.noise_multiplier_mean:.3g}"
     bound = " (at bound)" if row.calibration_at_bound else ""
-    return (
-        f"{row.steps_mean:,.0f} | {row.epochs_mean:.3g} | {row.batch_size_mean:,.0f} | "
-        f"{sigma} | {row.calibrated}{bound}"
-    )
+    return [
+        f"{row.steps_mean:,.0f}",
+        f"{row.epochs_mean:.3g}",
+        f"{row.batch_size_mean:,.0f}",
+        sigma,
+        f"{row.calibrated}{bound}",
+    ]
 
 
-def pareto_markdown(points: pd.DataFrame, title: str, warnings: list[str]) -> str:
+PARETO_COLUMNS = [
+    "method",
+    "knob",
+    "config",
+    "seeds",
+    "test error",
+    "violation (max)",
+    "met",
+    "steps",
+    "epochs",
+    "batch",
+    "σ",
+    "calibrated",
+    "ε spent (max)",
+    "",
+]
+
+
+def pareto_document(points: pd.DataFrame, title: str, warnings: list[str]) -> Document:
     """One table per (dataset, constraint, privacy notion, epsilon) panel, after the run's
     warnings."""
-    lines = [
-        f"# {title}: error vs violation",
-        *caveats_markdown(warnings),
-        "",
+    doc = Document().heading(1, f"{title}: error vs violation")
+    doc.add(
+        Warnings(warnings),
         "Mean over seeds ± half-width of the 95% confidence interval (Student t), and the "
         "largest violation over seeds. Violation: the constraint's gap on the test split with "
         "hard (argmax) predictions. ε is spent as reported by the suite's PLD accountant; "
@@ -109,25 +130,25 @@ def pareto_markdown(points: pd.DataFrame, title: str, warnings: list[str]) -> st
         "and what the accountant calibrated. Knob values that trained one model (identical "
         "test predictions on every seed) share a row. ★ marks the Pareto frontier within a "
         "table.",
-    ]
+    )
     for key, panel in points.groupby(PANEL, sort=True, dropna=False):
         dataset, constraint, notion, eps, delta = key
         privacy = "" if math.isinf(eps) else f", δ = {delta:g}, privacy: {notion}"
-        lines += [
-            "",
-            f"## {dataset} · {constraint} · {_eps(eps)}{privacy}",
-            "",
-            "| method | knob | config | seeds | test error | violation (max) | met | steps | "
-            "epochs | batch | σ | calibrated | ε spent (max) | |",
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
+        doc.heading(2, f"{dataset} · {constraint} · {_eps(eps)}{privacy}")
+        rows = [
+            [
+                row.label,
+                str(row.knob_values),
+                str(row.config_id),
+                str(row.n_seeds),
+                _fmt(row.test_error_mean, row.test_error_ci95),
+                f"{_fmt(row.violation_mean, row.violation_ci95)} ({row.violation_max:.4f})",
+                _met(row),
+                *budget_cells(row),
+                "" if math.isinf(eps) else f"{row.epsilon_spent_max:.4f}",
+                "★" if row.on_frontier else "",
+            ]
+            for row in panel.itertuples()
         ]
-        for row in panel.itertuples():
-            spent = "" if math.isinf(eps) else f"{row.epsilon_spent_max:.4f}"
-            lines.append(
-                f"| {row.label} | {row.knob_values} | {row.config_id} | {row.n_seeds} | "
-                f"{_fmt(row.test_error_mean, row.test_error_ci95)} | "
-                f"{_fmt(row.violation_mean, row.violation_ci95)} ({row.violation_max:.4f}) | "
-                f"{_met(row)} | {budget_cells(row)} | {spent} | "
-                f"{'★' if row.on_frontier else ''} |"
-            )
-    return "\n".join(lines) + "\n"
+        doc.add(Table(PARETO_COLUMNS, rows, "lrlrrrrrrrrlrl"))
+    return doc

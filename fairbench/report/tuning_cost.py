@@ -25,17 +25,25 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import yaml
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from fairbench.errors import ConfigError
+from fairbench.figures import Csv, Doc, Output, Plot
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.metrics import majority_class_error
 from fairbench.report.aggregate import ci95
+from fairbench.report.document import Document, Images, Table
+from fairbench.report.figure import finish, legend_below, new_figure
+from fairbench.report.palette import style
 from fairbench.report.privacy_cost import dataset_key
 
 COLUMNS = [
@@ -278,21 +286,13 @@ def _beats(winner: pd.Series | None, majority: float) -> bool | None:
     return bool(winner["ci_high"] < majority)
 
 
-def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
+def tuning_cost_figure(table: pd.DataFrame) -> Figure:
     """One panel per dataset: test error against epsilon, a line per method, solid for free
     tuning and dashed for paid, 95% CI bars; a point whose method is unranked there (held
     tau in under half the repeats) is drawn hollow; the majority-class predictor's error is
     a dotted line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    from fairbench.report.palette import style
-
     datasets = sorted(table["dataset"].unique())
-    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.8), squeeze=False)
+    fig, axes = new_figure(1, len(datasets), (4.2, 3.8))
     for ax, dataset in zip(axes[0], datasets, strict=True):
         here = table[table["dataset"] == dataset]
         for (method, selection), line in here.groupby(["method", "selection"], sort=True):
@@ -329,8 +329,8 @@ def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
         ax.set_ylim(bottom=0)  # an interval from few repeats can reach below 0
         ax.set_xscale("log")
         ax.set_xticks(sorted(here["epsilon"].unique()))
-        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.get_xaxis().set_major_formatter(ScalarFormatter())
+        ax.get_xaxis().set_minor_formatter(NullFormatter())
         ax.set_title(f"{dataset} (τ = {here['tau'].iloc[0]:g})")
         ax.set_xlabel("total ε")
         ax.grid(alpha=0.3)
@@ -360,22 +360,8 @@ def tuning_cost_figure(table: pd.DataFrame, path: Path) -> list[Path]:
         ),
         Line2D([], [], color="black", linestyle=":", label="majority class (violation 0)"),
     ]
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        ncol=min(len(handles), 5),
-        fontsize=8,
-        frameon=False,
-        bbox_to_anchor=(0.5, -0.02),
-    )
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
-    written = []
-    for suffix in (".png", ".pdf"):
-        target = path.with_suffix(suffix)
-        fig.savefig(target, dpi=150, bbox_inches="tight")
-        written.append(target)
-    plt.close(fig)
-    return written
+    legend_below(fig, handles, ncol=min(len(handles), 5))
+    return finish(fig)
 
 
 def _fmt(mean: float, low: float, high: float) -> str:
@@ -417,14 +403,13 @@ def _changed(value: object) -> str:
 SCOPES = {"rank": "all methods", "rank_without_a": "without reading A at test"}
 
 
-def _finding(top: pd.DataFrame, scope: str) -> list[str]:
+def _finding(top: pd.DataFrame, scope: str) -> Document:
     """The finding for one ranking scope: how often paying changes the winner, how each
     change is judged, and whether the winners beat the majority-class predictor."""
     decided = top.dropna(subset=["changed"])
     changed = decided[decided["changed"].astype(bool)]
-    lines = [
-        f"### Ranking {scope}",
-        "",
+    doc = Document().heading(3, f"Ranking {scope}")
+    doc.add(
         f"The winner (rank 1) changes when tuning is paid for in {len(changed)} of "
         f"{len(decided)} (dataset, ε) settings where both arms rank a method"
         + (
@@ -438,39 +423,68 @@ def _finding(top: pd.DataFrame, scope: str) -> list[str]:
         f"{sum(_significant(r) for r in changed.itertuples())} are significant (under "
         "paid tuning the free winner's test error exceeds the paid winner's by more than "
         "the 95% interval of their difference, paired over repeats: the `changed` "
-        "column), and the rest are within noise.",
-        "",
-        "| dataset | ε | majority | winner, free | error | beats majority | winner, paid "
-        "| error | beats majority | changed |",
-        "|---|---:|---:|---|---:|---|---|---:|---|---|",
+        "column), and the rest are within noise."
+    )
+    columns = [
+        "dataset",
+        "ε",
+        "majority",
+        "winner, free",
+        "error",
+        "beats majority",
+        "winner, paid",
+        "error",
+        "beats majority",
+        "changed",
     ]
-    for r in top.itertuples(index=False):
-        lines.append(
-            f"| {r.dataset} | {r.epsilon:g} | {_num(r.majority_error)} | "
-            f"{_name(r.winner_free)} | {_num(r.error_free)} | "
-            f"{_changed(r.beats_majority_free)} | {_name(r.winner_paid)} | "
-            f"{_num(r.error_paid)} | {_changed(r.beats_majority_paid)} | "
-            f"{_change(r)} |"
-        )
+    rows = [
+        [
+            r.dataset,
+            f"{r.epsilon:g}",
+            _num(r.majority_error),
+            _name(r.winner_free),
+            _num(r.error_free),
+            _changed(r.beats_majority_free),
+            _name(r.winner_paid),
+            _num(r.error_paid),
+            _changed(r.beats_majority_paid),
+            _change(r),
+        ]
+        for r in top.itertuples(index=False)
+    ]
+    doc.add(Table(columns, rows, "lrrlrllrll"))
     for selection in ("free", "paid"):
         judged = top[f"beats_majority_{selection}"].dropna()
         if len(judged):
-            lines += [
-                "",
+            doc.add(
                 f"Under {selection} tuning the winner clearly beats the majority-class "
                 f"predictor in {int(judged.astype(bool).sum())} of {len(judged)} settings "
-                "with a winner.",
-            ]
-    return lines
+                "with a winner."
+            )
+    return doc
 
 
-def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFrame) -> str:
+def _arm_cells(pair: pd.DataFrame, selection: str) -> list[str]:
+    """error, held and rank of one (method, epsilon) under one arm."""
+    row = pair[pair["selection"] == selection]
+    if row.empty:
+        return ["not run", "", ""]
+    r = row.iloc[0]
+    held = round(r["satisfied_fraction"] * r["repeats"])
+    error = (
+        "no candidate calibrates"
+        if isinstance(r["left_out"], str)
+        else _fmt(r["test_error_mean"], r["ci_low"], r["ci_high"])
+    )
+    return [error, f"{held}/{r['repeats']}", "" if math.isnan(r["rank"]) else f"{r['rank']:.0f}"]
+
+
+def tuning_cost_document(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFrame) -> Document:
     """The report: the finding (does paying change the winner, by how much), ranking all
     methods and ranking only those that do not read the sensitive attribute at test time,
     then per dataset one table of free vs paid per method and epsilon."""
-    lines = [
-        "# fig-tuning-cost: what paying for tuning costs",
-        "",
+    doc = Document().heading(1, "fig-tuning-cost: what paying for tuning costs")
+    doc.add(
         "Per dataset and total ε, every private fair method tuned by the same procedure "
         "twice: **free** (`selection: uncharged`: each candidate at the full ε, exact "
         "validation scores, tuning not charged, the papers' convention) and **paid** "
@@ -482,90 +496,76 @@ def tuning_cost_markdown(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
         "test, out of all repeats (nothing released counts as a miss). Ranked: methods "
         "that held τ in at least half the repeats, by mean test error. `majority`: the "
         "test error of predicting the training split's majority label (violation 0, no "
-        "training, no ε); a winner *beats* it when its 95% CI lies entirely below.",
-        "",
-        "## Finding",
-    ]
+        "training, no ε); a winner *beats* it when its 95% CI lies entirely below."
+    )
+    doc.heading(2, "Finding")
     for scope in SCOPES.values():
-        lines += ["", *_finding(top[top["scope"] == scope], scope)]
+        doc.extend(_finding(top[top["scope"] == scope], scope))
     costs = cost.dropna(subset=["cost_mean"])
     if len(costs):
-        lines += [
-            "",
+        doc.add(
             f"Paid minus free test error, paired over repeats where both released: "
             f"median {costs['cost_mean'].median():+.3f}, range "
             f"{costs['cost_mean'].min():+.3f} to {costs['cost_mean'].max():+.3f} over "
-            f"{len(costs)} (dataset, method, ε) cells.",
-        ]
+            f"{len(costs)} (dataset, method, ε) cells."
+        )
+    columns = [
+        "method",
+        "ε",
+        "free: error",
+        "held",
+        "rank",
+        "paid: error",
+        "held",
+        "rank",
+        "paid − free (paired)",
+        "candidate ε (paid)",
+    ]
     for dataset, here in table.groupby("dataset", sort=True):
         majority = here["majority_error"].iloc[0]
-        lines += [
-            "",
-            f"## {dataset}",
-            "",
-            f"![{dataset}](tuning-cost.png)",
-            "",
+        doc.heading(2, dataset)
+        doc.add(
+            Images([(dataset, "tuning-cost.png")]),
             f"Majority-class predictor: test error {_num(majority) or 'not computed'} "
             "(violation 0).",
-            "",
-            "| method | ε | free: error | held | rank | paid: error | held | rank | "
-            "paid − free (paired) | candidate ε (paid) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
+        )
+        rows = []
         for (method, eps), pair in here.groupby(["method", "epsilon"], sort=True):
-            cells = [method, f"{eps:g}"]
-            for selection in ("free", "paid"):
-                row = pair[pair["selection"] == selection]
-                if row.empty:
-                    cells += ["not run", "", ""]
-                    continue
-                r = row.iloc[0]
-                held = round(r["satisfied_fraction"] * r["repeats"])
-                error = (
-                    "no candidate calibrates"
-                    if isinstance(r["left_out"], str)
-                    else _fmt(r["test_error_mean"], r["ci_low"], r["ci_high"])
-                )
-                cells += [
-                    error,
-                    f"{held}/{r['repeats']}",
-                    "" if math.isnan(r["rank"]) else f"{r['rank']:.0f}",
-                ]
             c = cost[
                 (cost["dataset"] == dataset) & (cost["method"] == method) & (cost["epsilon"] == eps)
             ]
-            cells.append(
-                ""
-                if c.empty or math.isnan(c["cost_mean"].iloc[0])
-                else f"{c['cost_mean'].iloc[0]:+.3f} ± {c['cost_ci95'].iloc[0]:.3f} "
-                f"({c['pairs'].iloc[0]})"
-            )
             paid = pair[pair["selection"] == "paid"]
-            cells.append(
-                ""
-                if paid.empty or math.isnan(paid["candidate_epsilon"].iloc[0])
-                else f"{paid['candidate_epsilon'].iloc[0]:.3g}"
+            rows.append(
+                [
+                    method,
+                    f"{eps:g}",
+                    *_arm_cells(pair, "free"),
+                    *_arm_cells(pair, "paid"),
+                    ""
+                    if c.empty or math.isnan(c["cost_mean"].iloc[0])
+                    else f"{c['cost_mean'].iloc[0]:+.3f} ± {c['cost_ci95'].iloc[0]:.3f} "
+                    f"({c['pairs'].iloc[0]})",
+                    ""
+                    if paid.empty or math.isnan(paid["candidate_epsilon"].iloc[0])
+                    else f"{paid['candidate_epsilon'].iloc[0]:.3g}",
+                ]
             )
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        doc.add(Table(columns, rows, "lrrrrrrrrr"))
+    return doc
 
 
-def build(outputs: list[Path], dest: Path) -> list[Path]:
+def outputs(inputs: list[Path]) -> Iterator[Output]:
     """tuning-cost.csv (the issue's columns, then detail), paired.csv, winners.csv, the figure
     (PNG, PDF) and README.md from paired tune outputs."""
-    if not outputs:
+    if not inputs:
         raise ConfigError("give the `fairbench tune --out` directories of both arms")
-    released = pd.concat([released_frame(p) for p in outputs], ignore_index=True)
-    majority = dict(majority_error(p) for p in outputs)
+    released = pd.concat([released_frame(p) for p in inputs], ignore_index=True)
+    majority = dict(majority_error(p) for p in inputs)
     table = summary_rows(released, majority)
     cost = paired_cost(released)
     top = pd.concat([winners(table, released, rank) for rank in SCOPES], ignore_index=True)
-    dest.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, frame in (("tuning-cost.csv", table), ("paired.csv", cost), ("winners.csv", top)):
-        (dest / name).write_text(frame.to_csv(index=False))
-        written.append(dest / name)
-    written += tuning_cost_figure(table, dest / "tuning-cost")
-    (dest / "README.md").write_text(tuning_cost_markdown(table, cost, top))
-    written.append(dest / "README.md")
-    return written
+    yield Csv("tuning-cost.csv", table)
+    yield Csv("paired.csv", cost)
+    yield Csv("winners.csv", top)
+    yield Plot("tuning-cost", tuning_cost_figure(table))
+    yield Doc("README", tuning_cost_document(table, cost, top))

@@ -126,6 +126,8 @@ def fit_times(seed: int = 0, device: str = "cpu") -> dict[str, float]:
 
 def write_step_table(result: dict[str, Any], folder: Path) -> None:
     """The RaCO-DP Table 2 analogue: step_time.json (everything measured), .csv and .md."""
+    from fairbench.report.document import Document, Table
+
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "step_time.json").write_text(json.dumps(result, indent=2) + "\n")
     rows = [
@@ -138,34 +140,39 @@ def write_step_table(result: dict[str, Any], folder: Path) -> None:
         for name, seconds in result["step_seconds"].items()
     ]
     pd.DataFrame(rows).to_csv(folder / "step_time.csv", index=False)
-    lines = [
-        f"# Per-step time ({result['dataset']}, {result['n_train']} training rows, batch "
+    doc = Document().heading(
+        1,
+        f"Per-step time ({result['dataset']}, {result['n_train']} training rows, batch "
         f"{result['batch_size']}, {result['device']}, {result['torch_threads']} threads)",
-        "",
+    )
+    doc.add(
         f"Median over {result['rounds']} interleaved rounds of "
         f"{result['steps_per_round']} steps, one process. Published: the RaCO-DP paper's "
         "Table 2 time for the method's public code.",
-        "",
-        "| method | ms / step | ratio to dp-sgd | ratio to published code |",
-        "|---|---:|---:|---:|",
-    ]
-    for row in rows:
-        published = row["ratio_to_published"]
-        lines.append(
-            f"| {row['method']} | {row['ms_per_step']:.3f} | "
-            f"{row['ratio_to_dp_sgd']:.2f} | "
-            f"{'' if published is None else f'{published:.4f}'} |"
-        )
+        Table(
+            ["method", "ms / step", "ratio to dp-sgd", "ratio to published code"],
+            [
+                [
+                    row["method"],
+                    f"{row['ms_per_step']:.3f}",
+                    f"{row['ratio_to_dp_sgd']:.2f}",
+                    "" if row["ratio_to_published"] is None else f"{row['ratio_to_published']:.4f}",
+                ]
+                for row in rows
+            ],
+            "lrrr",
+        ),
+    )
     if "fit_seconds" in result:
-        lines += [
-            "",
+        doc.add(
             "Whole trial (one `fit` at the method's defaults, ε = 1, calibration included):",
-            "",
-            "| method | seconds |",
-            "|---|---:|",
-        ]
-        lines += [f"| {name} | {s:.1f} |" for name, s in result["fit_seconds"].items()]
-    (folder / "step_time.md").write_text("\n".join(lines) + "\n")
+            Table(
+                ["method", "seconds"],
+                [[name, f"{s:.1f}"] for name, s in result["fit_seconds"].items()],
+                "lr",
+            ),
+        )
+    (folder / "step_time.md").write_text(doc.markdown())
 
 
 TRIAL_PHASES = ("fit", "accounting", "data", "evaluation")  # `info["phase_seconds"]` of a row
