@@ -182,7 +182,7 @@ table-datasets: install
 # the same splits, into results/parity/<method>.{csv,md}. AUTHORS=PATH: a checkout of their
 # repository at the pinned commit (without it: how to get it, then a non-zero exit);
 # AUTHORS_PYTHON: their environment's interpreter (default .venv-<method>/bin/python, made by
-# `make parity-env-<method>`); PARITY_SEEDS: folds / seeds per setting (raco-dp 5, dp-fermi 3).
+# `make parity-env-<method>`); PARITY_SEEDS: folds / seeds per setting (raco-dp 8, dp-fermi 3).
 AUTHORS ?=
 AUTHORS_PYTHON ?=
 PARITY_SEEDS ?=

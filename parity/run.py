@@ -448,7 +448,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--authors", help="a checkout of the authors' repository")
     parser.add_argument("--python", help="the authors' environment's interpreter")
     parser.add_argument(
-        "--seeds", type=int, default=None, help="folds / seeds per setting (raco-dp 5, dp-fermi 3)"
+        "--seeds",
+        type=int,
+        default=None,
+        help="folds / seeds per setting (raco-dp 8, all their folds; dp-fermi 3)",
     )
     parser.add_argument("--work", default=str(REPO / "runs" / "parity"))
     parser.add_argument("--out", default=str(REPO / "results" / "parity"))
@@ -456,7 +459,7 @@ def main(argv: list[str] | None = None) -> None:
         "--table-only", action="store_true", help="rebuild the tables from the committed results"
     )
     a = parser.parse_args(argv)
-    a.seeds = a.seeds or (5 if a.method == "raco-dp" else 3)
+    a.seeds = a.seeds or (8 if a.method == "raco-dp" else 3)
     out = Path(a.out)
     started = time.time()
     if a.table_only:
