@@ -178,5 +178,23 @@ fig-acs: install
 table-datasets: install
 	$(BIN)/fairbench run datasets --out results/figures/datasets $(if $(WORKERS),--workers $(WORKERS))
 
+# Parity with the authors' code (issue 37, docs/parity.md): their code and fairbench's port on
+# the same splits, into results/parity/<method>.{csv,md}. AUTHORS=PATH: a checkout of their
+# repository at the pinned commit (without it: how to get it, then a non-zero exit);
+# AUTHORS_PYTHON: their environment's interpreter (default .venv-<method>/bin/python, made by
+# `make parity-env-<method>`); PARITY_SEEDS: folds / seeds per setting (raco-dp 8, dp-fermi 3).
+AUTHORS ?=
+AUTHORS_PYTHON ?=
+PARITY_SEEDS ?=
+PARITY_ARGS = $(if $(AUTHORS),--authors "$(AUTHORS)") $(if $(AUTHORS_PYTHON),--python "$(AUTHORS_PYTHON)") \
+	$(if $(PARITY_SEEDS),--seeds $(PARITY_SEEDS))
+.PHONY: parity-raco-dp parity-dp-fermi parity-env-raco-dp parity-env-dp-fermi
+parity-raco-dp parity-dp-fermi: parity-%: install
+	@$(BIN)/python -m parity $* $(PARITY_ARGS)
+
+parity-env-raco-dp parity-env-dp-fermi: parity-env-%:
+	test -x .venv-$*/bin/python || $(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet -r parity/requirements-$*.txt
+
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

@@ -1,0 +1,3 @@
+from parity.run import main
+
+main()
