@@ -111,9 +111,14 @@ RACO_SETTINGS = (
         "in-region",
         (0.01, 0.02, 0.05),
         IN_REGION_AUTHORS,
-        {"": IN_REGION_FAIRBENCH},
+        {
+            "": IN_REGION_FAIRBENCH,
+            "authors' dual update": {**IN_REGION_FAIRBENCH, "dual_update": "clipped"},
+        },
         "sigma 6, Laplace scale 10 (b 0.1), batch 256, lr 0.1, lr_lambda 0.01, "
-        "temperature 1, C 3 (their defaults cannot run on Parkinsons: batch 4096 > n)",
+        "temperature 1, C 3 (their defaults cannot run on Parkinsons: batch 4096 > n); "
+        "fairbench with the paper's signed dual update and, as a variant, the authors' "
+        "clipped one (dual_update: clipped)",
     ),
     Setting(
         "in-region-lr-lambda-0",
@@ -247,55 +252,6 @@ def run_raco(a: argparse.Namespace) -> list[dict]:
                 authors = protocol.read_result(theirs)
                 split = protocol.read_split(work / "authors" / f"{tag}_split.json")
                 task = fb.task_from_split(split, raw)
-                mine = work / "fairbench" / f"{tag}.json"
-                if not mine.exists():
-                    hp = setting.fairbench[""]
-                    r = fb.run_port(
-                        "raco-dp",
-                        hp,
-                        task,
-                        knob=knob,
-                        seed=seed,
-                        target_epsilon=1.0,
-                        delta=RACO_DELTA,
-                    )
-                    protocol.write_predictions(
-                        work / "fairbench" / f"{tag}_preds.csv",
-                        split["rows"]["test"],
-                        task.test.y,
-                        task.test.s,
-                        r["pred"],
-                    )
-                    result = protocol.make_result(
-                        method="raco-dp",
-                        implementation="fairbench",
-                        setting=setting.name,
-                        knob=knob,
-                        seed=seed,
-                        steps=r["steps"],
-                        sampling_rate=r["sampling_rate"],
-                        delta=RACO_DELTA,
-                        epsilon={"fairbench": r["epsilon"]},
-                        test_error=r["test_error"],
-                        test_gap=r["test_gap"],
-                        wall_seconds=r["wall_seconds"],
-                        sizes={p: len(split["rows"][p]) for p in protocol.PARTS},
-                        settings=hp,
-                        extra={
-                            "info": r["info"],
-                            "noise": r["noise"],
-                            "notion": r["notion"],
-                            "lambda": r["lambda"],
-                        },
-                    )
-                    protocol.write_json(mine, result)
-                    progress(f"fairbench {tag}: {r['wall_seconds']:.0f} s")
-                mine_result = protocol.read_result(mine)
-                agree = protocol.agreement(
-                    protocol.read_predictions(work / "authors" / f"{tag}_preds.csv"),
-                    protocol.read_predictions(work / "fairbench" / f"{tag}_preds.csv"),
-                )
-                mine_result["extra"]["agreement_with_authors"] = agree
                 # the authors' schedule under fairbench's accountant
                 authors["epsilon"]["fairbench"] = fb.epsilon_of_schedule(
                     authors["sampling_rate"],
@@ -304,7 +260,22 @@ def run_raco(a: argparse.Namespace) -> list[dict]:
                     authors["delta"],
                     authors["extra"]["laplace_scale"],
                 )
-                results += [authors, mine_result]
+                results.append(authors)
+                for v, (variant, hp) in enumerate(setting.fairbench.items()):
+                    mine = work / "fairbench" / f"{tag}{f'_v{v}' if v else ''}.json"
+                    results.append(
+                        raco_port(
+                            mine,
+                            setting.name,
+                            variant,
+                            hp,
+                            task,
+                            split,
+                            knob,
+                            seed,
+                            work / "authors" / f"{tag}_preds.csv",
+                        )
+                    )
     # fairbench's schedules under the authors' accountant: one call per training-set size
     args = {
         "--batch-size": "256",
@@ -334,6 +305,64 @@ def run_raco(a: argparse.Namespace) -> list[dict]:
             if r["implementation"] == "fairbench" and r["sizes"]["train"] == n:
                 r["epsilon"]["authors"] = eps[str(r["steps"])]
     return results
+
+
+def raco_port(
+    mine: Path,
+    setting: str,
+    variant: str,
+    hp: dict[str, Any],
+    task: Any,
+    split: dict,
+    knob: float,
+    seed: int,
+    authors_preds: Path,
+) -> dict:
+    """fairbench's raco-dp (one variant of a setting) on the authors' split, run once and
+    kept in `mine` (with its test predictions beside it); its agreement with the authors'
+    predictions added."""
+    from parity import fairbench_side as fb
+
+    preds = mine.with_name(mine.stem + "_preds.csv")
+    if not mine.exists():
+        r = fb.run_port(
+            "raco-dp", hp, task, knob=knob, seed=seed, target_epsilon=1.0, delta=RACO_DELTA
+        )
+        protocol.write_predictions(
+            preds, split["rows"]["test"], task.test.y, task.test.s, r["pred"]
+        )
+        extra = {
+            "info": r["info"],
+            "noise": r["noise"],
+            "notion": r["notion"],
+            "lambda": r["lambda"],
+        }
+        if variant:
+            extra["variant"] = variant
+        result = protocol.make_result(
+            method="raco-dp",
+            implementation="fairbench",
+            setting=setting,
+            knob=knob,
+            seed=seed,
+            steps=r["steps"],
+            sampling_rate=r["sampling_rate"],
+            delta=RACO_DELTA,
+            epsilon={"fairbench": r["epsilon"]},
+            test_error=r["test_error"],
+            test_gap=r["test_gap"],
+            wall_seconds=r["wall_seconds"],
+            sizes={p: len(split["rows"][p]) for p in protocol.PARTS},
+            settings=hp,
+            extra=extra,
+        )
+        protocol.write_json(mine, result)
+        progress(f"fairbench {mine.stem}: {r['wall_seconds']:.0f} s")
+    result = protocol.read_result(mine)
+    result["extra"]["agreement_with_authors"] = protocol.agreement(
+        protocol.read_predictions(authors_preds), protocol.read_predictions(preds)
+    )
+    return result
 
 
 # ----- DP-FERMI --------------------------------------------------------------------------------

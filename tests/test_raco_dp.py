@@ -185,3 +185,22 @@ def test_real_adult_demographic_parity_at_epsilon_one():
     pred = fit.predict(task.test.X)
     assert metrics.demographic_parity_difference(pred, task.test.s) <= 0.05 + 0.015
     assert metrics.error_rate(task.test.y, pred) <= 0.168
+
+
+def test_the_authors_clipped_dual_update_is_post_processing_that_moves_lambda(task):
+    """`dual_update: clipped` (the authors' code) clips each noisy constraint value to [0, 1]
+    before the ascent: the same plan and ledger (post-processing), different multipliers. At
+    gamma = 1 a clipped value never exceeds gamma, so lambda never leaves 0, whereas the
+    paper's signed update still reacts to noisy values above 1."""
+    spec, budget = FairnessSpec("demographic_parity", 1.0), PrivacyBudget(1.0)
+    fits = {
+        update: get_method(
+            "raco-dp", batch_size=256, laplace_scale=20.0, dual_update=update
+        ).fit(task, budget, spec, seed=0)
+        for update in ("signed", "clipped")
+    }
+    signed, clipped = fits["signed"], fits["clipped"]
+    assert clipped.ledger.entries == signed.ledger.entries
+    assert clipped.info["steps"] == signed.info["steps"] == 98
+    assert clipped.info["lambda"] == [0.0] * 4
+    assert max(signed.info["lambda"]) > 1.0

@@ -16,7 +16,11 @@ Per step, on a Poisson batch B (rate r):
    The regularizer's gradient is one fused Jacobian-vector product whatever J is, so
    inactive constraints (lambda_j = 0) cost only zeros in a Q x K product.
 3. Dual. lambda <- clip(lambda + lr_dual (Gamma_post(H) - gamma), 0, lambda_max), with
-   Gamma_post of Eq. (12) on the same noisy histogram (post-processing, free).
+   Gamma_post of Eq. (12) on the same noisy histogram (post-processing, free). The authors'
+   code clips each constraint's value to [0, 1] before subtracting gamma
+   (utils/constraints.py); `dual_update: clipped` does the same, for parity. It is
+   post-processing too, so still DP, but it biases the noisy gap upwards (negative noise is
+   cut, positive noise kept): lambda then grows whatever gamma is (docs/parity.md).
 
 Privacy: per step a Poisson-sampled Laplace(laplace_scale) composed with a Poisson-sampled
 Gaussian(noise_multiplier), T steps, accounted by the suite's PLD accountant. `calibrate:
@@ -134,6 +138,11 @@ class SGDAHparams(TrainingHparams):
         "hard", description="rates the dual update reads: tempered softmax or argmax (Appendix E.4)"
     )
     min_count: float = Field(1.0, gt=0, description="public floor for histogram denominators")
+    dual_update: Literal["signed", "clipped"] = Field(
+        "signed",
+        description="signed: the paper's ascent on Gamma - gamma; clipped: each constraint's "
+        "value clipped to [0, 1] first, as the authors' code does (parity; still DP)",
+    )
     clip_norm: float = Field(math.inf, gt=0, description="inf: no clipping (plain SGDA)")
 
 
@@ -276,7 +285,10 @@ class SGDA(Method):
             loss = RateLagrangian(yb, per_record, hp.temperature, soft)
             contributions = stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
             stack.descend(gaussian_sums(gradient_sums, contributions, batches), hp.lr / scale)
-            gap = rates.values(hist, sizes) - rates.gamma
+            values = rates.values(hist, sizes)
+            if hp.dual_update == "clipped":
+                values = values.clamp(0.0, 1.0)
+            gap = values - rates.gamma
             lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
 
         def outcomes() -> list[Outcome]:
