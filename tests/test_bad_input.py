@@ -151,6 +151,10 @@ BAD_INPUTS: dict[str, tuple[Case, str]] = {
         lambda tmp, _: ["report", str(tmp)],
         "has no results store",
     ),
+    "verify of a directory that does not exist": (
+        lambda tmp, _: ["verify", str(tmp / "nope")],
+        "nope: no such run directory",
+    ),
 }
 if not torch.cuda.is_available():
     BAD_INPUTS["--device cuda without a GPU"] = (

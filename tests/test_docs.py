@@ -64,6 +64,10 @@ TUNING_COST = " ".join(
 EXPENSIVE: dict[str, tuple[str, str]] = {
     "fairbench run": ("--dry-run", "the default benchmark: 33 trials on real Adult"),
     "fairbench data fetch adult": ("parse", "downloads from UCI into $FAIRBENCH_DATA"),
+    "fairbench verify results/figures/fig-adult-dp --sample 60 --workers 2": (
+        "parse",
+        "re-runs 60 trials on real Adult",
+    ),
     "fairbench data fetch acs --option state=AL --option year=2018 --option horizon=5-Year": (
         "parse",
         "downloads a census PUMS file",

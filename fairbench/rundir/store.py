@@ -92,6 +92,8 @@ def finished_rows(run_dir: Path, purpose: str) -> list[dict[str, Any]]:
     """Every finished trial's row of a run directory, from its store, or from its trials.csv
     when the store was not kept; one clear error when there is neither or nothing finished
     yet (`purpose` names what the caller wanted to do)."""
+    if not Path(run_dir).is_dir():
+        raise ConfigError(f"{run_dir}: no such run directory; give a `fairbench run --out` folder")
     if not (Path(run_dir) / ResultStore.FILENAME).is_file():
         if (Path(run_dir) / EXPORT).is_file():
             return exported_rows(Path(run_dir) / EXPORT)
