@@ -114,11 +114,17 @@ RACO_SETTINGS = (
         {
             "": IN_REGION_FAIRBENCH,
             "authors' dual update": {**IN_REGION_FAIRBENCH, "dual_update": "clipped"},
+            "authors' dual update and frozen denominators": {
+                **IN_REGION_FAIRBENCH,
+                "dual_update": "clipped",
+                "denominators": "frozen",
+            },
         },
         "sigma 6, Laplace scale 10 (b 0.1), batch 256, lr 0.1, lr_lambda 0.01, "
         "temperature 1, C 3 (their defaults cannot run on Parkinsons: batch 4096 > n); "
-        "fairbench with the paper's signed dual update and, as a variant, the authors' "
-        "clipped one (dual_update: clipped)",
+        "fairbench with the paper's choices and, as variants, the authors' clipped dual "
+        "update (dual_update: clipped) and their frozen noisy denominators (denominators: "
+        "frozen, accounted)",
     ),
     Setting(
         "in-region-lr-lambda-0",

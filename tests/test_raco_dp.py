@@ -204,3 +204,21 @@ def test_the_authors_clipped_dual_update_is_post_processing_that_moves_lambda(ta
     assert clipped.info["steps"] == signed.info["steps"] == 98
     assert clipped.info["lambda"] == [0.0] * 4
     assert max(signed.info["lambda"]) > 1.0
+
+
+def test_frozen_denominators_are_one_accounted_count_release(task):
+    """`denominators: frozen` (the authors' code): the part counts are released once, on a
+    Poisson batch of their own, at the histogram's Laplace scale, and held; the plan, the
+    calibration and the ledger cover that release, so the trial still meets its target."""
+    method = get_method("raco-dp", batch_size=256, laplace_scale=20.0, denominators="frozen")
+    fitted = method.fit(task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 0.05), 0)
+    q = fitted.info["sampling_rate"]
+    frozen, steps = fitted.ledger.entries
+    assert frozen.label == raco.DENOMINATORS
+    assert frozen.event == raco.frozen_counts(q, 20.0)
+    assert steps.event == sgd_steps(q, 4.0, fitted.info["steps"], 20.0)
+    assert fitted.ledger.epsilon(1e-5) <= 1.0
+    per_step = get_method("raco-dp", batch_size=256, laplace_scale=20.0).fit(
+        task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 0.05), 0
+    )
+    assert fitted.info["lambda"] != per_step.info["lambda"]

@@ -40,7 +40,9 @@ departures, which are not repeated here (tests cover each):
 - One Laplace draw shared across predicted classes in the equalized-odds and FNR
   histograms, which is not DP as coded. Here every cell gets its own draw.
 - Group-size denominators noised once at the start and never accounted. Here every
-  denominator is read from the per-step, accounted histogram.
+  denominator is read from the per-step, accounted histogram; `denominators: frozen`
+  reproduces the authors' choice for parity, its one count release accounted (on a Poisson
+  batch of its own, so the accountant's independent-batch model holds).
 - delta = 1e-4 in the code against 1e-5 in the paper. Here delta comes from the config
   (suite default 1e-5).
 - The dual variable's axes swapped in the equalized-odds loss. Here one lambda per
@@ -55,6 +57,7 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
 from fairbench import constraints
@@ -76,7 +79,9 @@ from fairbench.methods.plan import DataShape, Plan
 from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
+from fairbench.privacy.accountant import PLAIN, StepShape
 from fairbench.privacy.events import sgd_steps
+from fairbench.privacy.sampling import poisson_batches
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums, laplace_histograms
 from fairbench.task import Task
 
@@ -119,6 +124,11 @@ class RateLagrangian:
         return grad + self.tau * soft * centred
 
 
+def frozen_counts(q: float, laplace_scale: float) -> dp_event.DpEvent:
+    """`denominators: frozen`'s one release: Laplace part counts of one Poisson batch."""
+    return dp_event.PoissonSampledDpEvent(q, dp_event.LaplaceDpEvent(laplace_scale))
+
+
 class SGDAHparams(TrainingHparams):
     # defaults tuned on Adult (2 seeds, the same small grid as raco-dp's): without noise, a
     # smaller step over more epochs and the hard-rate dual (Appendix E.4) do best
@@ -138,6 +148,11 @@ class SGDAHparams(TrainingHparams):
         "hard", description="rates the dual update reads: tempered softmax or argmax (Appendix E.4)"
     )
     min_count: float = Field(1.0, gt=0, description="public floor for histogram denominators")
+    denominators: Literal["per-step", "frozen"] = Field(
+        "per-step",
+        description="per-step: group sizes read from each step's histogram; frozen: noisy "
+        "counts of one Poisson batch drawn before training, kept (the authors' code; accounted)",
+    )
     dual_update: Literal["signed", "clipped"] = Field(
         "signed",
         description="signed: the paper's ascent on Gamma - gamma; clipped: each constraint's "
@@ -148,6 +163,7 @@ class SGDAHparams(TrainingHparams):
 
 DEFAULT_NOISE_MULTIPLIER = 4.0
 HISTOGRAM = "raco-dp: Laplace prediction histogram"
+DENOMINATORS = "raco-dp: Laplace part counts of one batch, frozen (denominators: frozen)"
 GRADIENT = "raco-dp: Gaussian sum of clipped Lagrangian gradients"
 
 
@@ -229,6 +245,8 @@ class SGDA(Method):
         if self.private:
             q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
             ledger.record(f"{HISTOGRAM} + {GRADIENT}", sgd_steps(q, sigma, steps, laplace))
+            if self.hparams.denominators == "frozen":
+                ledger.record(DENOMINATORS, frozen_counts(q, laplace))
         budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
         info = {**schedule.info(), "laplace_scale": laplace, "clip_norm": self.hparams.clip_norm}
         return Plan(ledger, schedule, budget=budget, info=info)
@@ -269,6 +287,9 @@ class SGDA(Method):
         n_parts, hard = sets[0].n_parts, hp.dual_rates == "hard"
         lam = torch.zeros((len(trials), sets[0].n_constraints), device=dev)
         scale = expected_batch(schedule, data.n)  # r|D|
+        frozen = None
+        if hp.denominators == "frozen":
+            frozen = self._frozen_sizes(trials, data, part, n_parts, rates, schedule)
 
         def step(round_: StackedBatches) -> None:
             batches = round_.batches
@@ -279,7 +300,7 @@ class SGDA(Method):
             soft = class_softmax(hp.temperature * logits)
             contrib = rows.masked(rate_contributions(soft, logits, hard))
             hist = laplace_histograms(histograms, contrib, pb, n_parts, rows.sizes, batches)
-            sizes = rates.sizes(hist, hp.min_count)
+            sizes = rates.sizes(hist, hp.min_count) if frozen is None else frozen
             coef = rates.coefficients(lam, sizes) * scale  # (T, Q, K)
             per_record = torch.gather(coef, 1, pb.unsqueeze(-1).expand(-1, -1, coef.shape[-1]))
             loss = RateLagrangian(yb, per_record, hp.temperature, soft)
@@ -300,6 +321,24 @@ class SGDA(Method):
 
         return TrainingProgram(models, step, outcomes)
 
+    def _frozen_sizes(self, trials, data, part, n_parts, rates, schedule) -> torch.Tensor:
+        """`denominators: frozen`: each trial's part counts on one Poisson batch of its own
+        (stream "denominators", independent of the training batches, so the release is its
+        own sampled event), Laplace-noised at the histogram's scale, then held for every step
+        as the authors' code does with its first batch (compute_denominator.py)."""
+        counts = []
+        for t, trial in enumerate(trials):
+            session = trial.session
+            draw = poisson_batches(
+                data.n, schedule.sampling_rate, session.stream("denominators"), session.device
+            )
+            batch = session.numbered(draw(), schedule.sampling_rate)
+            parts = data.trial_rows(part, t)[batch.indices]
+            ones = torch.ones((len(parts), 1), device=session.device)
+            release = session.laplace_histogram(DENOMINATORS, self.laplace_scale())
+            counts.append(release(ones, parts, n_parts, batch))
+        return rates.sizes(torch.stack(counts), self.hparams.min_count)
+
 
 class RaCODP(SGDA):
     name = "raco-dp"
@@ -313,7 +352,11 @@ class RaCODP(SGDA):
     hparams: RaCODPHparams
 
     def schedule(self, n: int, privacy: PrivacyBudget | None) -> Schedule:
-        return calibrated(self.hparams, n, privacy, self.hparams.laplace_scale)
+        """The budget covers the frozen count release too, when there is one."""
+        hp, shape = self.hparams, PLAIN
+        if hp.denominators == "frozen":
+            shape = StepShape(extra=frozen_counts(min(1.0, hp.batch_size / n), hp.laplace_scale))
+        return calibrated(hp, n, privacy, hp.laplace_scale, shape)
 
     def laplace_scale(self) -> float:
         return self.hparams.laplace_scale
