@@ -21,7 +21,7 @@ from fairbench.datasets.files import data_root, sha256_of
 from fairbench.errors import DataError
 from fairbench.task import Task
 
-CARDS = Path(__file__).resolve().parents[2] / "datasets"  # the cards of a source checkout
+CARDS = Path(__file__).resolve().parent / "cards"  # package data: in a wheel install too
 Status = Literal["verified", "generated", "missing", "corrupted"]
 
 
