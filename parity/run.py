@@ -274,6 +274,7 @@ def run_raco(a: argparse.Namespace) -> list[dict]:
                             mine,
                             setting.name,
                             variant,
+                            v,
                             hp,
                             task,
                             split,
@@ -317,6 +318,7 @@ def raco_port(
     mine: Path,
     setting: str,
     variant: str,
+    index: int,
     hp: dict[str, Any],
     task: Any,
     split: dict,
@@ -343,8 +345,6 @@ def raco_port(
             "notion": r["notion"],
             "lambda": r["lambda"],
         }
-        if variant:
-            extra["variant"] = variant
         result = protocol.make_result(
             method="raco-dp",
             implementation="fairbench",
@@ -365,6 +365,8 @@ def raco_port(
         protocol.write_json(mine, result)
         progress(f"fairbench {mine.stem}: {r['wall_seconds']:.0f} s")
     result = protocol.read_result(mine)
+    if variant:
+        result["extra"].update(variant=variant, variant_index=index)
     result["extra"]["agreement_with_authors"] = protocol.agreement(
         protocol.read_predictions(authors_preds), protocol.read_predictions(preds)
     )
