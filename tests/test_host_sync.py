@@ -212,8 +212,6 @@ def guard(monkeypatch):
 
         monkeypatch.setattr(cls, "__init__", guarded_init)
 
-    stepping(engine.Program)
-    stepping(engine.StackedProgram)
     stepping(engine.TrainingProgram)
     monkeypatch.setattr(cgoo.Game, "move", guard.wrap(cgoo.Game.move))
     for move in ("respond", "audit"):  # the game's moves, once per round each
