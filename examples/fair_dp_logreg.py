@@ -27,15 +27,15 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field
 
-from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Fitted, Method, TrainingHparams, resolve_device
-from fairbench.methods.engine import Schedule, expected_batch, init_model, run_steps, train_tensors
+from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
+from fairbench.methods.engine import TrainingProgram, expected_batch, init_model, train_tensors
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacySession
+from fairbench.privacy.stacked import StackedBatches
 
 COUNTS, GRADIENT = "reweighing: (group, label) counts", "reweighed dp-sgd: clipped gradient sum"
 
@@ -66,68 +66,55 @@ class ReweighedDPSGD(Method):
         "exponent of the reweighing weights: 0 plain DP-SGD, 1 full",
         Direction.STRICTER,
         low=0.0,
+        required=False,  # None: 1, full reweighing
     )
     Hparams = ReweighedHparams
     hparams: ReweighedHparams
 
-    def schedule(self, n: int, privacy: PrivacyBudget) -> tuple[Schedule, dp_event.DpEvent]:
-        """The counts' event at their share of epsilon; the steps' noise solved for the rest."""
-        hp, eps, delta = self.hparams, privacy.epsilon, privacy.delta
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """From public inputs only: the counts' Gaussian at their share of epsilon, and the
+        steps' noise solved so that counts and steps together meet the target."""
+        hp, eps, delta = self.hparams, target.epsilon, target.delta
         share = calibrate_noise_multiplier(1.0, 1, hp.count_share * eps, delta)
         counts = dp_event.GaussianDpEvent(share)
-        q = min(1.0, hp.batch_size / n)
+        q = min(1.0, hp.batch_size / shape.n)
         steps = max(1, round(hp.epochs / q))
         sigma = calibrate_noise_multiplier(q, steps, eps, delta, None, StepShape(extra=counts))
-        return Schedule(q, steps, sigma, "noise_multiplier"), counts
+        schedule = Schedule(q, steps, sigma, "noise_multiplier")
+        ledger = PrivacyLedger()
+        ledger.record(GRADIENT, sgd_steps(q, sigma, steps))
+        ledger.record(COUNTS, counts)
+        return Plan(ledger, schedule, budget=schedule.budget(counts=share), info=schedule.info())
 
-    def _program(self, task, fairness: FairnessSpec, session: PrivacySession):
-        """(model, schedule, plan, step); the first step draws the counts, after the plan."""
-        strength = 1.0 if fairness.knob is None else float(fairness.knob)
-        if strength < 0:
-            raise ConfigError(f"method {self.name}: strength must be >= 0, got {strength}")
-        hp, dev = self.hparams, session.device
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """One trial (the method does not stack): the weights, post-processing of one noisy
+        release of the counts (the engine has submitted the plan), then a DP-SGD step on the
+        weighted loss for each batch the engine draws."""
+        (trial,) = trials
+        hp, task, session, schedule = self.hparams, trial.task, trial.session, plan.schedule
+        strength = 1.0 if trial.fairness.knob is None else float(trial.fairness.knob)
         model = init_model(hp, task, session)
-        x, y = train_tensors(task, dev)
-        s = torch.as_tensor(task.train.s, dtype=torch.int64, device=dev)
+        x, y = train_tensors(task, session.device)
+        s = torch.as_tensor(task.train.s, dtype=torch.int64, device=session.device)
         k, c = task.n_groups, task.n_classes
-        schedule, counts = self.schedule(len(y), session.budget)
-        plan = PrivacyLedger()
-        plan.record(
-            GRADIENT, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier, schedule.steps)
-        )
-        plan.record(COUNTS, counts)
+        release = session.gaussian_counts(COUNTS, plan.budget.noise["counts"])
+        joint = release(s * c + y, k * c).clamp(min=1.0).reshape(k, c)
+        joint = joint / joint.sum()
+        ratio = joint.sum(1, keepdim=True) * joint.sum(0, keepdim=True) / joint  # P(s)P(y)/P(s,y)
+        weights = (ratio**strength).float()[s, y]
         gradient_sum = session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
         per_sample, params = PerSampleGradients(model), list(model.parameters())
         scale = hp.lr / expected_batch(schedule, len(y))
-        weights: list[torch.Tensor] = []
 
-        def step(batch) -> None:
-            if not weights:  # P(s) P(y) / P(s, y) from one noisy release
-                cells = session.gaussian_counts(COUNTS, counts.noise_multiplier)(s * c + y, k * c)
-                joint = cells.clamp(min=1.0).reshape(k, c)
-                joint = joint / joint.sum()
-                ratio = joint.sum(1, keepdim=True) * joint.sum(0, keepdim=True) / joint
-                weights.append((ratio**strength).float()[s, y])
+        def step(round_: StackedBatches) -> None:
+            (batch,) = round_.batches
             idx = batch.indices
-            loss = WeightedCrossEntropy(y[idx], weights[0][idx])
+            loss = WeightedCrossEntropy(y[idx], weights[idx])
             noisy = gradient_sum(per_sample(x[idx], loss), batch)
             with torch.no_grad():
                 for p, g in zip(params, noisy, strict=True):
                     p.sub_(scale * g)
 
-        return model, schedule, plan, step
-
-    def train(self, task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        model, schedule, plan, step = self._program(task, fairness, session)
-        run_steps(session, len(task.train), schedule, step, plan)
-        counts = plan.entries[-1].event.noise_multiplier
-        return Fitted(
-            model, session.device, info=schedule.info(), budget=schedule.budget(counts=counts)
-        )
-
-    def stepper(self, task, privacy: PrivacyBudget | None, seed: int, device="cpu"):
-        session = PrivacySession(seed, resolve_device(device), privacy)
-        _, schedule, plan, step = self._program(task, FairnessSpec("demographic_parity"), session)
-        session.submit_plan(plan)
-        next_batch = session.poisson(len(task.train), schedule.sampling_rate)
-        return lambda: step(next_batch())
+        return TrainingProgram([model], step)

@@ -14,9 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fairbench.methods.base import FairnessSpec, Fitted, Hparams, Method
-from fairbench.privacy.session import PrivacySession
-from fairbench.task import Task
+from fairbench.methods.base import FairnessSpec, Hparams, Method, Trial
+from fairbench.methods.engine import Outcome, TrainingProgram
+from fairbench.methods.plan import DataShape, Plan
+from fairbench.privacy import PrivacyBudget
 
 
 class MajorityHparams(Hparams):
@@ -38,15 +39,27 @@ class Majority(Method):
     private = False
     Hparams = MajorityHparams
 
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        majority = int(np.bincount(task.train.y, minlength=task.n_classes).argmax())
-        proba = np.full(task.n_classes, (1 - self.hparams.confidence) / (task.n_classes - 1))
-        proba[majority] = self.hparams.confidence
-        dev = session.device
-        model = ConstantLogits(torch.log(torch.as_tensor(proba, dtype=torch.float32))).to(dev)
-        # reading labels outside a mechanism is only allowed because this method is non-private;
-        # a private plugin draws every release through the session's mechanisms instead.
-        return Fitted(model, dev, info={"majority_class": majority})
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """Nothing is released and no batch is drawn: a fit of its own (`run`)."""
+        return Plan()
+
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        (trial,) = trials
+        task, dev = trial.task, trial.session.device
+        fitted: list[Outcome] = []
+
+        def run() -> None:
+            majority = int(np.bincount(task.train.y, minlength=task.n_classes).argmax())
+            proba = np.full(task.n_classes, (1 - self.hparams.confidence) / (task.n_classes - 1))
+            proba[majority] = self.hparams.confidence
+            model = ConstantLogits(torch.log(torch.as_tensor(proba, dtype=torch.float32))).to(dev)
+            # reading labels outside a mechanism is only allowed because this method is
+            # non-private; a private plugin draws every release through the session instead.
+            fitted.append(Outcome({"majority_class": majority}, model))
+
+        return TrainingProgram([], run=run, outcomes=lambda: fitted)
 
     def stepper(self, task, privacy, seed, device="cpu"):
         return lambda: None

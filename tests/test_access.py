@@ -3,14 +3,18 @@ leaky methods fail it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from fairbench.audit.access import altered, changed_fields, check_access
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, get_method, registry
-from fairbench.methods.dp_sgd import DPSGD
-from fairbench.privacy import PrivacyBudget
+from fairbench.methods.dp_sgd import DPSGD, LABEL
+from fairbench.methods.engine import rounds
+from fairbench.privacy import PrivacyBudget, PrivacyLedger
+from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.noise import FloatNoise, noisy_sums
 from fairbench.task import Task
 
@@ -120,22 +124,27 @@ class ExactGroupSizes(DPSGD):
 
 
 class DataDependentSteps(DPSGD):
-    """Leaky: one extra step per 2 positive minority records (the step count reads data)."""
+    """Leaky: one extra step per 2 positive minority records (the step count reads data),
+    declared by extending its plan, so its ledger still matches the plan."""
 
     name = "leaky-steps"
+    adaptive_plan = True
 
-    def train(self, task, fairness, session):
-        import dataclasses
-
-        from fairbench.methods.base import Fitted, Trial
-        from fairbench.methods.engine import run_stacked
-
-        trials = [Trial(task, fairness, session)]
-        program = self._program(trials)
+    def program(self, trials, plan):
+        (trial,) = trials
+        task, session, schedule = trial.task, trial.session, plan.schedule
         extra = int(np.sum((task.train.s > 0) & (task.train.y == 1))) // 2
-        longer = dataclasses.replace(program.schedule, steps=program.schedule.steps + extra)
-        run_stacked(trials, dataclasses.replace(program, schedule=longer), self.plan(longer))
-        return Fitted(program.models[0], session.device, info=longer.info())
+        more = PrivacyLedger()
+        more.record(LABEL, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier, extra))
+        session.extend_plan(more)
+        program = super().program(trials, plan)
+        next_round = rounds([session], len(task.train), plan)
+
+        def run():
+            for _ in range(schedule.steps + extra):
+                program.step(next_round())
+
+        return dataclasses.replace(program, run=run)
 
 
 class Unaccounted(DPSGD):

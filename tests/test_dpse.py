@@ -151,7 +151,7 @@ def test_public_group_sizes_are_labelled_and_not_released(mixture):
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (FairnessSpec("demographic_parity", 0.1), "bounded_group_loss only"),
+        (FairnessSpec("demographic_parity", 0.1), "supports the constraints bounded_group_loss"),
     ],
 )
 def test_bad_setups_are_config_errors(mixture, spec, message):

@@ -12,6 +12,8 @@ from fairbench import constraints, metrics
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import FairnessSpec, get_method
+from fairbench.methods.base import Trial
+from fairbench.methods.engine import fit_trials
 from fairbench.methods.jagielski_post import derived_predictor, rate_matrices
 from fairbench.privacy import PrivacyBudget, epsilon
 from fairbench.privacy.session import PrivacySession, canonical
@@ -168,7 +170,8 @@ def _threshold_optimizer_twin(task, constraint):
     from sklearn.base import BaseEstimator, ClassifierMixin
 
     method = get_method("jagielski-post", epochs=5)
-    fitted = method.train(task, FairnessSpec(constraint, 0.0), PrivacySession(0))
+    trial = Trial(task, FairnessSpec(constraint, 0.0), PrivacySession(0))  # no budget: exact
+    (fitted,) = fit_trials(method, [trial])
 
     class Base(ClassifierMixin, BaseEstimator):  # the base model's hard labels as scores
         def fit(self, X, y):

@@ -3,6 +3,7 @@ candidates that are not whole-record DP are refused before anything runs, the bu
 not depend on the candidates drawn, every (method, repeat, candidate) draws its own noise
 and batches, and a split by per-record coins moves no other record when one is added."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,9 +14,8 @@ import yaml
 import fairbench.methods as methods
 from fairbench.datasets.base import independent_split
 from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Fitted, Trial
+from fairbench.methods.base import FairnessSpec, Trial
 from fairbench.methods.dp_sgd import DPSGD
-from fairbench.methods.engine import run_stacked
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.session import (
     Guarantee,
@@ -112,20 +112,21 @@ class _Noiseless(DPSGD):
 
     name = "noiseless-test"
 
-    def plan(self, schedule):
-        return PrivacyLedger()
+    def plan(self, shape, target, fairness, seed=0):
+        declared = super().plan(shape, target, fairness, seed)
+        return dataclasses.replace(declared, ledger=PrivacyLedger())
 
 
 class _Mislabelled(DPSGD):
-    """A plugin that declares whole-record DP but submits its plan under another notion."""
+    """A plugin that declares whole-record DP but trains under another notion: it rewrites
+    its sessions' guarantee after the engine has submitted its plan under the declared one."""
 
     name = "mislabelled-test"
 
-    def train_stack(self, trials):
-        program = self._program(trials)
-        notion = PrivacyNotion.SENSITIVE_ATTRIBUTE
-        run_stacked(trials, program, self.plan(program.schedule), notion)
-        return [Fitted(m, t.session.device) for m, t in zip(program.models, trials, strict=True)]
+    def program(self, trials, plan):
+        for trial in trials:
+            trial.session.guarantee = Guarantee(PrivacyNotion.SENSITIVE_ATTRIBUTE)
+        return super().program(trials, plan)
 
 
 @pytest.fixture
@@ -150,15 +151,17 @@ def test_a_plan_with_no_noisy_release_is_refused_at_calibration(tmp_path, test_p
 
 def test_a_plan_submitted_under_another_guarantee_is_refused(tmp_path, test_plugins):
     """A method's declared guarantee is checked against the one its session ran under:
-    training refuses the mismatch, and so does private selection's plan capture."""
+    training refuses the mismatch, in private selection's candidates as in a trial. (The plan
+    capture reads the declaration, which the engine submits every plan under.)"""
     from fairbench.runner.preflight import capture
 
     config = _config(methods=[{"name": "mislabelled-test", "hparams": {"epochs": 1}}])
     (spec, *_) = candidate_templates(config, sample_configurations(config, 1)).values()
     _, guarantee = capture(spec, 1.0)
-    assert guarantee.label == "sensitive-attribute"
-    with pytest.raises(PrivacyContractError, match="submitted its plan under"):
-        run_private(config, tmp_path / "out", 1, True)
+    assert guarantee.label == "full"
+    _, failures = run_private(config, tmp_path / "out", 1, True)
+    refused = "submitted its plan under 'sensitive-attribute' but declares 'full'"
+    assert failures and all("PrivacyContractError" in f and refused in f for f in failures)
     with pytest.raises(PrivacyContractError, match="declares 'full'"):
         run_trial(spec)
 
@@ -327,10 +330,9 @@ def test_fit_refuses_a_plan_extended_without_declaring_it():
     class Grows(DPSGD):
         name = "grows-test"
 
-        def train_stack(self, trials):
-            fits = super().train_stack(trials)
+        def program(self, trials, plan):
             trials[0].session.extend_plan(PrivacyLedger())
-            return fits
+            return super().program(trials, plan)
 
     session = PrivacySession(0, budget=PrivacyBudget(1.0))
     method = Grows(epochs=1)

@@ -15,9 +15,8 @@ from dp_accounting import dp_event
 
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec
-from fairbench.methods.base import Fitted, Trial
-from fairbench.methods.dp_sgd import DPSGD
-from fairbench.methods.engine import run_stacked
+from fairbench.methods.dp_sgd import DPSGD, LABEL
+from fairbench.methods.plan import Plan
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.contributions import Rows
 from fairbench.privacy.events import sgd_steps
@@ -44,24 +43,28 @@ def task():
 
 
 # -- broken variants ---------------------------------------------------------------------------
+def with_steps(plan: Plan, steps: int) -> Plan:
+    """`plan` with its ledger of `steps` DP-SGD steps (its schedule and noise unchanged)."""
+    s = plan.schedule
+    ledger = PrivacyLedger()
+    ledger.record(LABEL, sgd_steps(s.sampling_rate, s.noise_multiplier, steps))
+    return dataclasses.replace(plan, ledger=ledger)
+
+
 class LessNoise(DPSGD):
     """Draws 10x less noise than its plan says."""
 
-    def schedule(self, n, privacy):
-        honest = super().schedule(n, privacy)
-        return dataclasses.replace(honest, noise_multiplier=honest.noise_multiplier / 10)
-
-    def plan(self, schedule):
-        return super().plan(
-            dataclasses.replace(schedule, noise_multiplier=schedule.noise_multiplier * 10)
-        )
+    def program(self, trials, plan):
+        schedule = plan.schedule
+        quieter = dataclasses.replace(schedule, noise_multiplier=schedule.noise_multiplier / 10)
+        return super().program(trials, dataclasses.replace(plan, schedule=quieter))
 
 
 class UndeclaredRelease(DPSGD):
     """Also releases noisy label counts of every batch, which its plan never mentions."""
 
-    def _program(self, trials):
-        program = super()._program(trials)
+    def program(self, trials, plan):
+        program = super().program(trials, plan)
         (trial,) = trials
         counts = trial.session.gaussian_counts("label counts", 50.0)
         y = torch.as_tensor(trial.task.train.y)
@@ -74,34 +77,21 @@ class UndeclaredRelease(DPSGD):
         return dataclasses.replace(program, step=leaky)
 
 
-class ReleaseBeforePlan(DPSGD):
-    """Draws noise before it has submitted a plan."""
-
-    def train(self, task, fairness, session):
-        session.gaussian_counts("peek", 10.0)(torch.as_tensor(task.train.y), 2)
-        return super().train(task, fairness, session)
-
-
 class ExtraStep(DPSGD):
     """Runs one step more than it planned (and than the budget allows)."""
 
-    def train(self, task, fairness, session):
-        trials = [Trial(task, fairness, session)]
-        program = self._program(trials)
-        schedule = program.schedule
-        run_stacked(trials, program, self.plan(schedule), steps=schedule.steps + 1)
-        return Fitted(program.models[0], session.device, budget=schedule.budget())
+    def plan(self, shape, target, fairness, seed=0):
+        honest = super().plan(shape, target, fairness, seed)
+        return dataclasses.replace(honest, rounds=honest.schedule.steps + 1)
 
 
 class FewerSteps(DPSGD):
     """Plans two steps and runs one: a ledger that differs from its plan, though not unsafe."""
 
-    def train(self, task, fairness, session):
-        trials = [Trial(task, fairness, session)]
-        program = self._program(trials)
-        schedule = dataclasses.replace(program.schedule, steps=2)
-        run_stacked(trials, program, self.plan(schedule), steps=1)
-        return Fitted(program.models[0], session.device, budget=schedule.budget())
+    def plan(self, shape, target, fairness, seed=0):
+        return dataclasses.replace(
+            with_steps(super().plan(shape, target, fairness, seed), 2), rounds=1
+        )
 
 
 class NoClipping(DPSGD):
@@ -115,7 +105,7 @@ class WiderClip(DPSGD):
     """Clips at 10 C while drawing the noise its plan sizes for C: the sensitivity is 10x the
     declared one (the mechanism records the noise multiplier it really applied, sigma / 10)."""
 
-    def _program(self, trials):
+    def program(self, trials, plan):
         (trial,) = trials
         session = trial.session
 
@@ -123,21 +113,22 @@ class WiderClip(DPSGD):
             return GaussianSum(session, label, 10 * clip, noise_multiplier / 10, group)
 
         session.gaussian_sum = wider
-        return super()._program(trials)
+        return super().program(trials, plan)
 
 
 class Overspend(DPSGD):
     """Plans (and runs) twice the steps its noise was calibrated for."""
 
-    def schedule(self, n, privacy):
-        honest = super().schedule(n, privacy)
-        return dataclasses.replace(honest, steps=2 * honest.steps)
+    def plan(self, shape, target, fairness, seed=0):
+        honest = super().plan(shape, target, fairness, seed)
+        steps = 2 * honest.schedule.steps
+        schedule = dataclasses.replace(honest.schedule, steps=steps)
+        return dataclasses.replace(with_steps(honest, steps), schedule=schedule)
 
 
 BROKEN = {
     "10x less noise": (LessNoise, "beyond the plan"),
     "undeclared release": (UndeclaredRelease, "GaussianDpEvent(noise_multiplier=50.0)"),
-    "release before the plan": (ReleaseBeforePlan, "undeclared release 'peek'"),
     "extra step": (ExtraStep, "beyond the plan"),
     "fewer steps than planned": (FewerSteps, "ran 1 time(s), planned 2"),
     "skipped clipping": (NoClipping, "finite sensitivity"),
@@ -177,6 +168,15 @@ def test_a_refused_release_draws_no_noise(task):
         ExtraStep(epochs=2).fit(task, BUDGET, PARITY, seed=0, session=session)
     planned = canonical(session.plan)
     assert canonical(session.ledger()) == planned  # the extra round was never recorded
+
+
+def test_a_release_before_any_plan_is_refused(task):
+    """The engine submits every trial's plan before `program` runs, so a method that declares
+    plan() and program() cannot draw first; the session refuses such a draw all the same."""
+    session = PrivacySession(0, torch.device("cpu"), BUDGET)
+    with pytest.raises(PrivacyContractError, match="undeclared release 'peek'"):
+        session.gaussian_counts("peek", 10.0)(torch.as_tensor(task.train.y), 2)
+    assert not session.releases
 
 
 def test_fewer_rounds_than_planned_differ_from_the_plan(task):

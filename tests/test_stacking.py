@@ -217,13 +217,13 @@ def test_dp_fermi_splits_a_stack_by_schedule(tasks, monkeypatch):
     sub-stack per schedule, each trial in its own."""
     method = fast("dp-fermi", batch_size=64)
     sizes = []
-    program = method._program
+    program = method.program
 
-    def spy(trials, steps=None):
+    def spy(trials, plan):
         sizes.append(sorted(t.fairness.knob for t in trials))
-        return program(trials, steps)
+        return program(trials, plan)
 
-    monkeypatch.setattr(method, "_program", spy)
+    monkeypatch.setattr(method, "program", spy)
     trials = trials_of("dp-fermi", tasks)
     fits = method.fit_stack(trials)
     assert sizes == [[0.0, 0.0], [2.0, 2.0]]

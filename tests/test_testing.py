@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from importlib.metadata import EntryPoint
-from types import SimpleNamespace
 
 import pytest
 from pydantic import ConfigDict
@@ -16,7 +15,9 @@ import fairbench.methods as methods
 from fairbench.datasets import get_dataset
 from fairbench.datasets import registry as dataset_registry
 from fairbench.errors import ConfigError, DataError
+from fairbench.methods.base import Method, Trial
 from fairbench.methods.dp_sgd import DPSGD, DPSGDHparams
+from fairbench.methods.engine import fit_trials
 from fairbench.methods.raco_dp import SGDA
 from fairbench.runner.trial import TrialSpec, run_trial
 from fairbench.testing import check_adapter, check_method
@@ -26,7 +27,7 @@ from tests.pums_fixture import write_pums
 from tests.test_session import LessNoise, Overspend  # the session tests' broken variants
 
 # (hyper-parameters, check_method options) small enough for a few seconds per method; knob
-# values are (loose, strict) while the built-ins declare their knobs as plain names
+# values (loose, strict) where the defaults from a method's Knob take longer to show
 TINY = {
     "erm": ({"epochs": 1}, {}),
     "dp-sgd": ({"epochs": 1}, {}),
@@ -174,7 +175,7 @@ class UncheckedLessNoise(LessNoise):
     """10x less noise, with a `fit` that skips the plan check: the session still refuses."""
 
     def fit(self, task, privacy, fairness, seed, device="cpu", session=None):
-        fitted = self.train(task, fairness, session)
+        (fitted,) = fit_trials(self, [Trial(task, fairness, session)])
         fitted.ledger, fitted.plan = session.ledger(), session.plan
         return fitted
 
@@ -182,17 +183,19 @@ class UncheckedLessNoise(LessNoise):
 class SeededFromTime(DPSGD):
     """Reseeds the session's noise from the clock: no two runs agree."""
 
-    def train(self, task, fairness, session):
-        session.stream("sampling").manual_seed(time.time_ns())
-        return super().train(task, fairness, session)
+    def program(self, trials, plan):
+        for trial in trials:
+            trial.session.stream("sampling").manual_seed(time.time_ns())
+        return super().program(trials, plan)
 
 
 class SeedIgnored(DPSGD):
     """Trains with seed 0 whatever the trial's seed: every seed gives the same model."""
 
-    def train(self, task, fairness, session):
-        session.seed = 0  # every stream is spawned from it
-        return super().train(task, fairness, session)
+    def program(self, trials, plan):
+        for trial in trials:
+            trial.session.seed = 0  # every stream is spawned from it
+        return super().program(trials, plan)
 
 
 class SwallowsUnknown(DPSGD):
@@ -212,6 +215,18 @@ class LaxModel(DPSGD):
     Hparams = LaxHparams
 
 
+class NamedKnob(DPSGD):
+    """Declares its knob as a bare name, which the engine cannot check values with."""
+
+    knob = "strength"
+
+
+class TrainsItself(DPSGD):
+    """Declares no program (the former contract): the engine has nothing to run."""
+
+    program = Method.program
+
+
 BROKEN = {
     # a draw the plan does not allow is refused by the session before its noise is drawn
     "ledger differs from plan": (LessNoise, "privacy-contract"),
@@ -221,6 +236,8 @@ BROKEN = {
     "seed ignored": (SeedIgnored, "seed-sensitivity"),
     "unknown hyper-parameter dropped": (SwallowsUnknown, "hparams-rejected"),
     "unknown keys allowed": (LaxModel, "attributes"),
+    "knob not a Knob": (NamedKnob, "attributes"),
+    "no program declared": (TrainsItself, "attributes"),
 }
 
 
@@ -232,14 +249,9 @@ def test_the_kit_catches_a_broken_variant(variant):
 
 
 def test_a_typed_knob_gives_the_smoke_test_its_direction():
-    """A knob with `.name` and `.direction` (the `Knob` contract: what a larger value does)
-    needs no explicit values; a strict value that makes things worse is caught."""
-    looser = SimpleNamespace(value="looser")
-
-    class TypedSGDA(SGDA):
-        knob = SimpleNamespace(name="gamma", direction=looser, low=0.0)
-
-    passed = check_method(TypedSGDA, hparams={"epochs": 40})
+    """A `Knob` says what a larger value does, so the smoke test needs no explicit values; a
+    strict value that makes things worse is caught."""
+    passed = check_method(SGDA, hparams={"epochs": 40})
     assert "knob-monotonicity (gamma 1.0 -> 0.0" in passed[-1]
     with pytest.raises(AssertionError, match="check knob-monotonicity failed"):
-        check_method(TypedSGDA, hparams={"epochs": 40}, knob_values=(0.0, 0.5))
+        check_method(SGDA, hparams={"epochs": 40}, knob_values=(0.0, 0.5))

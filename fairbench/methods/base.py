@@ -2,11 +2,12 @@
 
 A method is configured with explicit, validated hyperparameters (scikit-learn style) and
 `fit` receives the task, the privacy budget (None for a non-private method), the fairness
-spec, a seed and a device. A plugin implements `train`, which receives a privacy session
-(`fairbench.privacy.session`): its only source of noise and Poisson batches. The session
-records every release as it is drawn; that record is the trial's ledger, and the epsilon a
-trial reports is computed from it by the suite's accountant. `fit` checks it against the
-plan the method submitted.
+spec, a seed and a device. A plugin declares its `plan` (from public inputs) and its
+`program` (the step the engine runs, `fairbench.methods.engine`), whose releases and batches
+come from a privacy session (`fairbench.privacy.session`): its only source of noise and
+Poisson batches. The session records every release as it is drawn; that record is the
+trial's ledger, and the epsilon a trial reports is computed from it by the suite's
+accountant. `fit` checks it against the plan the engine submitted.
 """
 
 from __future__ import annotations
@@ -349,13 +350,7 @@ class Method(ABC):
         if self.private and any(t.session.budget is None for t in trials):
             raise ConfigError(f"method {self.name} is private: give it a target epsilon")
         try:
-            if self._declares_plan():
-                fits = fit_trials(self, trials)
-            elif len(trials) == 1:
-                only = trials[0]
-                fits = [self.train(only.task, only.fairness, only.session)]
-            else:
-                fits = self.train_stack(trials)
+            fits = fit_trials(self, trials)
         except PrivacyContractError as refused:  # a draw outside the plan: name the method
             raise PrivacyContractError(f"method {self.name}: {refused}") from None
         for fitted, trial in zip(fits, trials, strict=True):
@@ -380,9 +375,6 @@ class Method(ABC):
 
         return one_step(self, task, privacy, seed, device)
 
-    def _declares_plan(self) -> bool:
-        return type(self).program is not Method.program
-
     def _check_guarantee(self, session: PrivacySession) -> None:
         """A private trial ran under the guarantee the method declares, and its plan grew only
         if the method says it may (what private selection relies on)."""
@@ -399,13 +391,6 @@ class Method(ABC):
                 f"method {self.name}: extended its plan during training without declaring "
                 "adaptive_plan = True"
             )
-
-    # -- the former contract, while plugins move to plan() and program() -----------------------
-    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
-        return [self.train(t.task, t.fairness, t.session) for t in trials]
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        raise NotImplementedError(f"method {self.name} declares neither plan() nor train()")
 
 
 SENSITIVE_MARK = " (A at test)"

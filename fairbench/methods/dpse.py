@@ -93,13 +93,15 @@ from dp_accounting import dp_event
 from pydantic import Field
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import Budget, Device, FairnessSpec, Fitted, Hparams, Method
+from fairbench.methods.base import Device, FairnessSpec, Hparams, Method, Trial
+from fairbench.methods.engine import Outcome, TrainingProgram
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import Budget, DataShape, Plan
 from fairbench.models import build_model
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, SEARCH_DISCRETISATION
 from fairbench.privacy.contributions import Rows, clip_factors
-from fairbench.privacy.session import Guarantee, PrivacySession
+from fairbench.privacy.session import Guarantee
 from fairbench.task import Task
 
 COUNTS = "dpse: Gaussian group counts"
@@ -239,7 +241,13 @@ class DPSE(Method):
         "Transactions on Machine Learning Research (TMLR)"
     )
     constraints = ("bounded_group_loss",)  # with its knob; without, it trains unconstrained
-    knob = Knob("bound", "largest allowed mean loss of any group", Direction.LOOSER, low=0.0)
+    knob = Knob(
+        "bound",
+        "largest allowed mean loss of any group",
+        Direction.LOOSER,
+        low=0.0,
+        required=False,  # None: unconstrained
+    )
     Hparams = DPSEHparams
     hparams: DPSEHparams
     tailored = True  # dpnose: False
@@ -261,6 +269,58 @@ class DPSE(Method):
                 "dp-fermi or cgoo for model: mlp"
             )
         super().__init__(**hparams)
+
+    def check(self, fairness: FairnessSpec) -> None:
+        """Without a bound DPSE trains unconstrained, and is evaluated on any constraint; a
+        bound constrains bounded_group_loss only (the class attributes)."""
+        if fairness.knob is not None:
+            super().check(fairness)
+
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """The total rho meeting the target, and stage 1's releases with the group counts
+        (none for standard DPGD). `run` extends the plan with stage 2 (or standard DPGD's
+        rounds), whose budgets stage 1's noisy standard errors set (`adaptive_plan`)."""
+        classify = shape.n_classes > 0  # a regression task has no classes
+        if classify and shape.n_classes != 2:
+            raise ConfigError(f"method {self.name} handles regression and binary tasks only")
+        hp, rho = self.hparams, self._calibrate(target)
+        info: dict[str, Any] = {"steps": hp.steps, "stage1_rho": 0.0, "count_rho": 0.0}
+        if self._standard(fairness.knob):
+            ledger = PrivacyLedger()
+        else:
+            budget = self._budget(rho, shape.n_groups)
+            ledger = PrivacyLedger(parallel_groups=hp.composition == "parallel")
+            for label, event, group in self._stage1_plan(budget, shape.n_groups, classify):
+                ledger.record(label, event, group)
+            info |= {"stage1_rho": budget.stage1, "count_rho": budget.counts}
+        info["rho"] = rho
+        if classify:  # the bound is on a group's mean logistic loss, not its error rate
+            info["bounded_loss"] = "log_loss"
+        info["epsilon_paper_zcdp"] = rho + 2 * math.sqrt(rho * math.log(1 / target.delta))
+        # full-batch rounds; the zCDP budget rho is what the accountant solved for
+        budget = Budget(hp.steps, None, {"rho": rho}, "rho")
+        return Plan(ledger, budget=budget, info=info)
+
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """A fit of its own (`run`): the stages on the host and the device, which extend the
+        plan with stage 2 before drawing it."""
+        (trial,) = trials
+        fitted: list[Outcome] = []
+
+        def run() -> None:
+            fitted.append(self._fit(trial, plan))
+
+        return TrainingProgram([], run=run, outcomes=lambda: fitted)
+
+    def _standard(self, bound: float | None) -> bool:
+        """Whether this is DPNoSE as the paper defines it: standard DPGD, no stage 1."""
+        return not self.tailored and bound is None and self.hparams.objective == "pooled"
+
+    def _budget(self, rho: float, k: int) -> _Budget:
+        """The rho of every release of stage 1 and stage 2 from the total, for k groups."""
+        return _Budget(rho, self.hparams, k, self.tailored, self.hparams.group_sizes == "private")
 
     # -- losses and per-record gradients of [x, 1] theta ------------------------------------
     def _loss_grad(self, z, y, theta, classify: bool):
@@ -329,26 +389,16 @@ class DPSE(Method):
             return np.bincount(s, minlength=k).astype(np.float64)
         return np.maximum(session.gaussian_counts(COUNTS, _nm(budget.counts))(s, k), 1.0)
 
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
+    def _fit(self, trial: Trial, plan: Plan) -> Outcome:
+        """Train on the trial's data; each group's epsilon read from its ledger afterwards."""
+        task, session, hp = trial.task, trial.session, self.hparams
         classify = task.kind == "classification"
-        if classify and task.n_classes != 2:
-            raise ConfigError(f"method {self.name} handles regression and binary tasks only")
-        if fairness.constraint != "bounded_group_loss" and fairness.knob is not None:
-            raise ConfigError(f"method {self.name} constrains bounded_group_loss only")
-        hp, privacy = self.hparams, session.budget
-        rho = self._calibrate(privacy)
-        theta, info = self._run(task, rho, fairness.knob, session, classify)
+        theta, info = self._run(task, plan.info["rho"], trial.fairness.knob, session, classify)
         # per group, what its records pay by parallel composition: under `parallel` the
         # target (their max); under `sequential` information, at the coarser (faster) grid
         interval = REPORT_DISCRETISATION if hp.composition == "parallel" else SEARCH_DISCRETISATION
-        info["group_epsilons"] = session.ledger().group_epsilons(privacy.delta, interval)
-        info["rho"] = rho
-        if classify:  # the bound is on a group's mean logistic loss, not its error rate
-            info["bounded_loss"] = "log_loss"
-        info["epsilon_paper_zcdp"] = rho + 2 * math.sqrt(rho * math.log(1 / privacy.delta))
-        # full-batch rounds; the zCDP budget rho is what the accountant solved for
-        budget = Budget(hp.steps, None, {"rho": rho}, "rho")
-        return Fitted(_model(theta, task, classify), session.device, info=info, budget=budget)
+        info["group_epsilons"] = session.ledger().group_epsilons(session.budget.delta, interval)
+        return Outcome(info, _model(theta, task, classify))
 
     def _calibrate(self, privacy: PrivacyBudget) -> float:
         """Total rho whose single-Gaussian PLD epsilon meets the target: the composition of
@@ -378,22 +428,17 @@ class DPSE(Method):
         return factor
 
     def _run(self, task: Task, rho: float, bound: float | None, session, classify: bool):
+        """The stages after the plan's submission: (theta, what the row reports of them)."""
         hp = self.hparams
         x, y, s = task.train.X.astype(np.float64), task.train.y, task.train.s
         y = y.astype(np.float64)
         z = np.hstack([x, np.ones((len(y), 1))])
         k = task.n_groups
         constrained = bound is not None
-        standard = not self.tailored and not constrained and hp.objective == "pooled"
-        if standard:
+        if self._standard(bound):
             return self._standard_dpgd(z, y, classify, rho, session)
-        counts = hp.group_sizes == "private"
-        budget = _Budget(rho, hp, k, self.tailored, counts)
+        budget = self._budget(rho, k)
         stage1 = self._stage1_plan(budget, k, classify)
-        plan = PrivacyLedger(parallel_groups=hp.composition == "parallel")
-        for label, event, group in stage1:
-            plan.record(label, event, group)
-        session.submit_plan(plan, self.guarantee())
         sizes = self._sizes(s, k, budget, session)
         if self.tailored:
             se = self.standard_errors(z, y, s, sizes, k, classify, budget, session)
@@ -425,10 +470,7 @@ class DPSE(Method):
         info = {
             "standard_errors": se.tolist(),
             "budget_shares": share.tolist(),
-            "steps": hp.steps,
-            "stage1_rho": budget.stage1,
             "stage2_rho": budget.stage2 * factor,
-            "count_rho": budget.counts,
             "bound": bound,
         }
         return theta, info
@@ -489,7 +531,6 @@ class DPSE(Method):
                 )
             ]
 
-        session.submit_plan(PrivacyLedger(), self.guarantee())
         factor = self._fit_stage2(session, [], plan)
         nm = plan(factor)[0][1].event.noise_multiplier
         z, y, _ = _on_device(z, y, None, 0, session.device)
@@ -499,10 +540,7 @@ class DPSE(Method):
         info = {
             "standard_errors": [],
             "budget_shares": [],
-            "steps": hp.steps,
-            "stage1_rho": 0.0,
             "stage2_rho": rho * factor,
-            "count_rho": 0.0,
             "bound": None,
         }
         return theta, info

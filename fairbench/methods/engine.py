@@ -1,21 +1,21 @@
-"""The training engine the gradient-trained methods share.
+"""The training engine every method runs on: it owns the trial.
 
-The engine owns what is the same for every method: the model and tensors on the trial's
-device, the step schedule calibrated to the target (one `Schedule`), the plan submitted to the
-privacy session before anything is drawn, Poisson batches from the session, and the loop.
-A method supplies what is its own: its plan (the events one step releases, times the steps)
-and `step(batch)`, its update from statistics drawn through the session's mechanisms, which
-clip and noise them (`fairbench.privacy.session`).
+The engine owns what is the same for every method (`fit_trials`): the fairness spec checked
+against the class attributes, the plan declared from public inputs (`Method.plan`), trials
+with equal plans grouped into one program where the method stacks, each plan submitted to
+its trial's privacy session before anything is drawn, the batches (drawn by the sessions:
+Poisson, or shuffled for a non-private schedule that asks) and the loop, and the `Fitted`
+results. A method supplies what is its own: its plan and its `TrainingProgram` (its models
+and `step`, its update from statistics drawn through the sessions' mechanisms, which clip
+and noise them, `fairbench.privacy.session`; or, for a fit of its own, `run`).
 
-A step is a tensor program with no Python per record, written over a leading trial axis (a
-`StackedProgram`, `run_stacked`): T trials that share the method, its hyperparameters and the
-schedule (seeds x knob values at one epsilon) run as one program, each with its own task,
-session (plan, ledger, Poisson batches, noise streams), parameters and dual variables; one
-trial alone is a stack of one. A plugin may still write a one-trial step (`Program`, erm's
-shuffled epochs; `run_steps`, the example plugin's Poisson loop). `StackedData` gathers the
-T Poisson batches into one padded block; `fairbench.privacy.stacked` hands each trial's
-statistic to its own mechanism. A trial's result is its result alone up to float32
-reduction order (tests/test_stacking.py).
+A step is a tensor program with no Python per record, written over a leading trial axis: T
+trials that share the method, its hyperparameters and the plan (seeds x knob values at one
+epsilon) run as one program, each with its own task, session (plan, ledger, Poisson batches,
+noise streams), parameters and dual variables; one trial alone is a stack of one.
+`StackedData` gathers the T Poisson batches into one padded block;
+`fairbench.privacy.stacked` hands each trial's statistic to its own mechanism. A trial's
+result is its result alone up to float32 reduction order (tests/test_stacking.py).
 """
 
 from __future__ import annotations
@@ -32,15 +32,10 @@ from fairbench.errors import ConfigError
 from fairbench.methods.base import Device, FairnessSpec, Fitted, Method, TrainingHparams, Trial
 from fairbench.methods.plan import Budget, DataShape, Plan, Schedule
 from fairbench.models import build_model
-from fairbench.privacy import (
-    PrivacyBudget,
-    PrivacyLedger,
-    calibrate_noise_multiplier,
-    calibrate_steps,
-)
+from fairbench.privacy import PrivacyBudget, calibrate_noise_multiplier, calibrate_steps
 from fairbench.privacy.accountant import PLAIN, StepShape
 from fairbench.privacy.contributions import StackedOuterProducts
-from fairbench.privacy.session import Batch, Guarantee, PrivacyNotion, PrivacySession
+from fairbench.privacy.session import PrivacySession
 from fairbench.privacy.stacked import StackedBatches, poisson_rounds, shuffled_rounds
 from fairbench.task import Task
 
@@ -71,17 +66,6 @@ def check_one_free_quantity(hp: TrainingHparams) -> None:
         raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
 
 
-@dataclass(frozen=True)
-class Program:
-    """One trial ready to run: its model, the schedule it runs, its one-batch update, and what
-    the method reports about its own state after training (e.g. its final dual variables)."""
-
-    model: nn.Module
-    schedule: Schedule
-    step: Callable[[Batch], None]
-    report: Callable[[], dict[str, Any]] = dict
-
-
 def uncalibrated(hp: TrainingHparams, n: int) -> Schedule:
     """Steps from `epochs` at the expected batch size, no noise (non-private twins)."""
     q = min(1.0, hp.batch_size / n)
@@ -109,39 +93,9 @@ def calibrated(
     return Schedule(q, steps, sigma, "steps")
 
 
-def run_steps(
-    session: PrivacySession,
-    n: int,
-    schedule: Schedule,
-    step: Callable[[Batch], None],
-    plan: PrivacyLedger,
-    notion: Guarantee | PrivacyNotion = PrivacyNotion.FULL,
-    steps: int | None = None,
-) -> None:
-    """One trial's loop, for a plugin that writes a one-trial step (e.g.
-    examples/fair_dp_logreg.py): submit `plan`, then run `step` on `steps` (default: the
-    schedule's) Poisson batches drawn by the session."""
-    session.submit_plan(plan, notion)
-    next_batch = session.poisson(n, schedule.sampling_rate)
-    for _ in range(schedule.steps if steps is None else steps):
-        step(next_batch())
-
-
 def expected_batch(schedule: Schedule, n: int) -> float:
     """q n: the public normaliser of a Poisson batch's noisy sum (not the realised size)."""
     return schedule.sampling_rate * n
-
-
-@dataclass(frozen=True)
-class StackedProgram:
-    """T trials ready to run as one: each trial's model (views into stacked parameters), the
-    schedule they share, the step over their T batches, and per trial what the method reports
-    about its own state after training."""
-
-    models: list[nn.Module]
-    schedule: Schedule
-    step: Callable[[StackedBatches], None]
-    report: Callable[[], list[dict[str, Any]]]
 
 
 class StackedData:
@@ -217,42 +171,6 @@ class Gathered:
 def init_models(hp: TrainingHparams, trials: list[Trial]) -> list[nn.Module]:
     """Each trial's classifier, initialised from its own stream "init"."""
     return [init_model(hp, t.task, t.session) for t in trials]
-
-
-def one_schedule(schedules: list[Schedule]) -> Schedule:
-    """The schedule every trial of a stack runs (they must agree)."""
-    if len(set(schedules)) != 1:
-        raise ValueError("stacked trials need one schedule; run them one at a time")
-    return schedules[0]
-
-
-def run_stacked(
-    trials: list[Trial],
-    program: StackedProgram,
-    plan: PrivacyLedger,
-    notion: Guarantee | PrivacyNotion = PrivacyNotion.FULL,
-    steps: int | None = None,
-) -> None:
-    """Submit `plan` to every trial's session, then run `program.step` on `steps` (default:
-    the schedule's) rounds of the trials' own Poisson batches."""
-    schedule = program.schedule
-    for trial in trials:
-        trial.session.submit_plan(plan, notion)
-    sessions = [t.session for t in trials]
-    next_round = poisson_rounds(sessions, len(trials[0].task.train), schedule.sampling_rate)
-    for _ in range(schedule.steps if steps is None else steps):
-        program.step(next_round())
-
-
-def one_stacked_step(
-    trial: Trial, program: StackedProgram, plan: PrivacyLedger
-) -> Callable[[], None]:
-    """`fairbench bench`'s view of a one-trial stacked program: each call runs one step."""
-    trial.session.submit_plan(plan)
-    next_round = poisson_rounds(
-        [trial.session], len(trial.task.train), program.schedule.sampling_rate
-    )
-    return lambda: program.step(next_round())
 
 
 def exact_sums(contributions) -> list[torch.Tensor]:

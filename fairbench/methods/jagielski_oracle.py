@@ -62,7 +62,7 @@ Privacy notions (`privacy_notion`, in every row):
   for dp-fermi). The Laplace releases get twice the noise (a substitution moves one count out
   of a cell and into another).
 
-Stacked trials (`train_stack`, logistic models): trials that differ in seed and gamma play
+Stacked trials (`program`, logistic models): trials that differ in seed and gamma play
 their games side by side, each with its own counts, multipliers, tables, batches and noise;
 the game's moves are tensor programs over the trial axis on the device, and the learner's
 steps run as one stacked program. An MLP trains one trial at a time through the same code.
@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -84,35 +83,26 @@ from scipy.optimize import linprog
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import (
-    Device,
-    FairnessSpec,
-    Fitted,
-    Method,
-    TrainingHparams,
-    Trial,
-    resolve_device,
-)
+from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
 from fairbench.methods.cgoo import WeightedCrossEntropy, component
 from fairbench.methods.engine import (
-    Schedule,
+    Outcome,
     StackedData,
-    StackedProgram,
+    TrainingProgram,
     exact_sums,
     expected_batch,
     init_models,
 )
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.models.grad_sample import one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier, epsilon
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import PrivacySession
-from fairbench.privacy.stacked import StackedBatches, gaussian_sums, poisson_rounds
-from fairbench.task import Task
+from fairbench.privacy.stacked import StackedBatches, gaussian_sums
 
-CONSTRAINTS = ("demographic_parity", "equalized_odds")
 COUNTS = "jagielski-oracle: Laplace (group, label) counts"
 LEARNER = "jagielski-oracle: learner DP-SGD steps (clipped weighted-loss gradient sums)"
 AUDITOR = "jagielski-oracle: Laplace histogram c[a, y, yhat] of h_t, once per round"
@@ -156,16 +146,6 @@ def laplace_scale(releases: int, target: float, delta: float) -> float:
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if spent(mid) <= target else (mid, hi)
     return hi
-
-
-@dataclass(frozen=True)
-class Rounds:
-    """What a trial runs: the learner's schedule over all rounds (T K steps), the steps per
-    round, and the Laplace scale of the counts and of the auditor (0: exact)."""
-
-    schedule: Schedule
-    inner_steps: int
-    laplace_scale: float
 
 
 def event_matrix(constraint: str, device: torch.device) -> torch.Tensor:
@@ -303,13 +283,14 @@ class JagielskiOracle(Method):
         "Differentially Private Fair Learning. ICML 2019 (DP reductions of Agarwal et "
         "al. 2018)"
     )
-    constraints = CONSTRAINTS
+    constraints = ("demographic_parity", "equalized_odds")
     knob = Knob(
         "gamma",
         "allowed gap of each group's rate to the overall rate",
         Direction.LOOSER,
         low=0.0,
         rate_tolerance=True,
+        typical=0.05,
     )
     reconstructed = (
         "the authors' experiments ran a non-DP least-squares heuristic; this is the notes' "
@@ -322,93 +303,88 @@ class JagielskiOracle(Method):
     def sensitive(self) -> bool:
         return self.hparams.privacy_notion == "sensitive-attribute"
 
-    def rounds(self, n: int, privacy: PrivacyBudget | None) -> Rounds:
-        """The learner's schedule and the Laplace scales meeting the budget on n records."""
-        hp = self.hparams
-        q = min(1.0, hp.batch_size / n)
-        inner = max(1, round(hp.epochs / q))
-        steps = inner * hp.iterations
-        if not self.private:
-            return Rounds(Schedule(q, steps), inner, 0.0)
-        eps, delta = privacy.epsilon, privacy.delta
-        releases = hp.iterations + 1  # the counts, then one histogram per round
-        scale = hp.auditor_scale or laplace_scale(releases, hp.auditor_share * eps, delta)
-        laplaces = dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(scale), releases)
-        alone = epsilon(laplaces, delta)
-        if alone >= eps:
-            raise ConfigError(
-                f"method {self.name}: the count release and the {hp.iterations} auditor "
-                f"releases (Laplace scale {scale:g}) alone spend epsilon {alone:.3g} >= the "
-                f"target {eps:g}; raise epsilon above {alone:.3g}, raise auditor_scale or "
-                "lower iterations"
-            )
-        sigma = calibrate_noise_multiplier(
-            q, steps, eps, delta, None, StepShape(1, self.sensitive, laplaces)
-        )
-        return Rounds(Schedule(q, steps, sigma, "noise_multiplier"), inner, scale)
-
-    def plan(self, rounds: Rounds) -> PrivacyLedger:
-        """T K learner steps, one count release, T auditor releases."""
-        plan = PrivacyLedger()
-        if self.private:
-            s = rounds.schedule
-            plan.record(
-                LEARNER,
-                sgd_steps(s.sampling_rate, s.noise_multiplier, s.steps, None, 1, self.sensitive),
-            )
-            laplace = dp_event.LaplaceDpEvent(rounds.laplace_scale)
-            plan.record(COUNTS, laplace)
-            plan.record(AUDITOR, dp_event.SelfComposedDpEvent(laplace, self.hparams.iterations))
-        return plan
-
-    def stackable(self) -> bool:
-        return stackable(self.hparams.model)
-
-    def _check(self, trial: Trial) -> float:
-        """The trial's gamma, after refusing what the method cannot do."""
-        fairness, hp = trial.fairness, self.hparams
-        if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
-            raise ConfigError(
-                f"method {self.name} supports the constraints "
-                f"{', '.join(CONSTRAINTS)}; got {fairness.constraint!r}"
-            )
-        if trial.task.n_classes != 2:
-            raise ConfigError(f"method {self.name} handles binary classification tasks only")
-        if fairness.knob is None or fairness.knob < 0:
-            raise ConfigError(f"method {self.name} needs gamma values >= 0: give it `knobs`")
-        if fairness.knob == 0 and hp.bound is None:
+    def check(self, fairness: FairnessSpec) -> None:
+        """Also refuse gamma = 0 without an explicit `bound` (the default B = 1/gamma)."""
+        super().check(fairness)
+        if fairness.knob == 0 and self.hparams.bound is None:
             raise ConfigError(
                 f"method {self.name}: gamma = 0 needs an explicit `bound` "
                 "(the default B = 1/gamma is infinite)"
             )
-        return float(fairness.knob)
 
-    def _setup(self, trials: list[Trial]) -> tuple[Game, StackedProgram, Rounds]:
-        """Each trial's plan submitted and its counts released; the game and the learner's
-        stacked program ready to play."""
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """The learner's schedule over all rounds (T K steps, K = `inner_steps` per round) and
+        the Laplace scale of the counts and the auditor (0: exact), meeting the target on n
+        records: T K learner steps, one count release, T auditor releases. The constraint is
+        in the plan: trials of different constraints play different games."""
+        if shape.n_classes != 2:
+            raise ConfigError(f"method {self.name} handles binary classification tasks only")
+        hp, ledger, scale = self.hparams, PrivacyLedger(), 0.0
+        q = min(1.0, hp.batch_size / shape.n)
+        inner = max(1, round(hp.epochs / q))
+        steps = inner * hp.iterations
+        schedule = Schedule(q, steps)
+        if self.private:
+            eps, delta = target.epsilon, target.delta
+            releases = hp.iterations + 1  # the counts, then one histogram per round
+            scale = hp.auditor_scale or laplace_scale(releases, hp.auditor_share * eps, delta)
+            laplace = dp_event.LaplaceDpEvent(scale)
+            laplaces = dp_event.SelfComposedDpEvent(laplace, releases)
+            alone = epsilon(laplaces, delta)
+            if alone >= eps:
+                raise ConfigError(
+                    f"method {self.name}: the count release and the {hp.iterations} auditor "
+                    f"releases (Laplace scale {scale:g}) alone spend epsilon {alone:.3g} >= the "
+                    f"target {eps:g}; raise epsilon above {alone:.3g}, raise auditor_scale or "
+                    "lower iterations"
+                )
+            sigma = calibrate_noise_multiplier(
+                q, steps, eps, delta, None, StepShape(1, self.sensitive, laplaces)
+            )
+            schedule = Schedule(q, steps, sigma, "noise_multiplier")
+            ledger.record(LEARNER, sgd_steps(q, sigma, steps, None, 1, self.sensitive))
+            ledger.record(COUNTS, laplace)
+            ledger.record(AUDITOR, dp_event.SelfComposedDpEvent(laplace, hp.iterations))
+        info = {
+            **schedule.info(),
+            "inner_steps": inner,
+            "iterations": hp.iterations,
+            "clip_norm": hp.clip_norm,
+            "laplace_scale": scale,
+        }
+        if self.private:
+            # the paper's per-round epsilon' (its advanced composition), for reference only
+            per_round = 4 * math.sqrt(hp.iterations * math.log(1 / target.delta))
+            info["epsilon_per_round_paper"] = target.epsilon / per_round
+        budget = schedule.budget(**({"laplace": scale} if self.private else {}))
+        details = {"constraint": fairness.constraint}
+        return Plan(ledger, schedule, budget=budget, info=info, details=details)
+
+    def stackable(self) -> bool:
+        return stackable(self.hparams.model)
+
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """Each trial's counts released and its game set up; then each round of the game is
+        `inner_steps` rounds of the loop: the Learner's best response to the multipliers at
+        its first, the learner's steps (stacked across the trials), and at its last each
+        trial's h_t kept as a component and audited. Each trial's outcome is its mixture."""
         hp, dev = self.hparams, trials[0].session.device
-        gammas = [self._check(t) for t in trials]
-        if len({t.fairness.constraint for t in trials}) != 1:
-            raise ValueError("stacked jagielski-oracle trials need one constraint")
+        inner, scale = plan.info["inner_steps"], plan.info["laplace_scale"]
         data = StackedData([t.task for t in trials], dev)
         n, k = data.n, trials[0].task.n_groups
-        shared = {self.rounds(n, t.session.budget) for t in trials}
-        if len(shared) != 1:
-            raise ValueError("stacked trials need one schedule; run them one at a time")
-        rounds = shared.pop()
-        schedule = rounds.schedule
         sessions = [t.session for t in trials]
         cell = data.per_record(lambda task: task.train.s * 2 + task.train.y, torch.int64)
         ones = torch.ones((n, 1), device=dev)
         counts = []
         for t, session in enumerate(sessions):
-            session.submit_plan(self.plan(rounds), self.guarantee())
-            released = session.laplace_histogram(COUNTS, rounds.laplace_scale)(
+            released = session.laplace_histogram(COUNTS, scale)(
                 ones, data.trial_rows(cell, t), 2 * k
             )
             counts.append(released.view(k, 2).clamp(min=1.0))  # a public floor
         models = init_models(hp, trials)
-        auditors = [s.laplace_histogram(AUDITOR, rounds.laplace_scale) for s in sessions]
+        auditors = [s.laplace_histogram(AUDITOR, scale) for s in sessions]
 
         @torch.no_grad()
         def release(t: int) -> torch.Tensor:
@@ -417,17 +393,47 @@ class JagielskiOracle(Method):
             hist = auditors[t](one_hot(pred, 2, torch.float32), data.trial_rows(cell, t), 2 * k)
             return hist.view(k, 2, 2)
 
+        gammas = [float(t.fairness.knob) for t in trials]
         bounds = torch.tensor([hp.bound or 1 / g for g in gammas], device=dev)
         game = Game(
-            trials[0].fairness.constraint,
+            plan.details["constraint"],
             torch.stack(counts),
             bounds,
             torch.tensor(gammas, device=dev),
             hp.eta0,
             release,
         )
-        program = self._learner(models, data, cell, game, schedule, sessions)
-        return game, program, rounds
+        learn = self._learner(models, data, cell, game, plan.schedule, sessions)
+        mixtures: list[list[nn.Module]] = [[] for _ in trials]
+        done = 0
+
+        def step(round_: StackedBatches) -> None:
+            nonlocal done
+            if done % inner == 0:  # a round of the game begins: the Learner responds
+                game.respond()
+            learn(round_)
+            done += 1
+            if done % inner == 0:  # it ends: h_t is a component, and the auditor moves
+                for mixture, model in zip(mixtures, models, strict=True):
+                    mixture.append(component(model))
+                game.audit()
+
+        def outcomes() -> list[Outcome]:
+            return [
+                Outcome(
+                    {
+                        "gamma": trial.fairness.knob,
+                        "bound": float(game.bounds[t]),
+                        "lambda": game.lam[t].flatten().tolist(),
+                        "counts": game.counts[t].tolist(),
+                    },
+                    components=mixture,
+                    weights=game.lp_weights(t) if hp.mixture == "lp" else None,
+                )
+                for t, (trial, mixture) in enumerate(zip(trials, mixtures, strict=True))
+            ]
+
+        return TrainingProgram(models, step, outcomes)
 
     def _learner(
         self,
@@ -437,7 +443,7 @@ class JagielskiOracle(Method):
         game: Game,
         schedule: Schedule,
         sessions: list[PrivacySession],
-    ) -> StackedProgram:
+    ) -> Callable[[StackedBatches], None]:
         """One DP-SGD step of every trial's weighted logistic regression, on the game's
         current tables (read at each step, so `respond` changes what the next step fits)."""
         hp = self.hparams
@@ -470,71 +476,7 @@ class JagielskiOracle(Method):
                 )
             stack.descend(grads, step_size)
 
-        return StackedProgram(models, schedule, step, lambda: [{} for _ in sessions])
-
-    def train_stack(self, trials: list[Trial]) -> list[Fitted]:
-        hp = self.hparams
-        game, program, rounds = self._setup(trials)
-        schedule = program.schedule
-        next_round = poisson_rounds(
-            [t.session for t in trials], len(trials[0].task.train), schedule.sampling_rate
-        )
-        mixtures: list[list[nn.Module]] = [[] for _ in trials]
-        for _ in range(hp.iterations):
-            game.respond()
-            for _ in range(rounds.inner_steps):
-                program.step(next_round())
-            for mixture, model in zip(mixtures, program.models, strict=True):
-                mixture.append(component(model))
-            game.audit()
-        laplace = {"laplace": rounds.laplace_scale} if self.private else {}
-        budget = schedule.budget(**laplace)
-        shared = {
-            **schedule.info(),
-            "inner_steps": rounds.inner_steps,
-            "iterations": hp.iterations,
-            "clip_norm": hp.clip_norm,
-            "laplace_scale": rounds.laplace_scale,
-        }
-        fits = []
-        for t, (trial, mixture) in enumerate(zip(trials, mixtures, strict=True)):
-            info = {
-                **shared,
-                "gamma": trial.fairness.knob,
-                "bound": float(game.bounds[t]),
-                "lambda": game.lam[t].flatten().tolist(),
-                "counts": game.counts[t].tolist(),
-            }
-            if self.private:
-                privacy = trial.session.budget
-                # the paper's per-round epsilon' (its advanced composition), for reference only
-                per_round = 4 * math.sqrt(hp.iterations * math.log(1 / privacy.delta))
-                info["epsilon_per_round_paper"] = privacy.epsilon / per_round
-            weights = game.lp_weights(t) if hp.mixture == "lp" else None
-            fitted = Fitted(
-                program.models[t],
-                trial.session.device,
-                info=info,
-                components=mixture,
-                weights=weights,
-                budget=budget,
-            )
-            fits.append(fitted)
-        return fits
-
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        return self.train_stack([Trial(task, fairness, session)])[0]
-
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        """One learner step, on the costs of the first round."""
-        session = PrivacySession(seed, resolve_device(device), privacy if self.private else None)
-        trial = Trial(task, FairnessSpec("equalized_odds", 0.05), session)
-        game, program, _ = self._setup([trial])
-        game.respond()
-        next_round = poisson_rounds([session], len(task.train), program.schedule.sampling_rate)
-        return lambda: program.step(next_round())
+        return step
 
 
 class JagielskiOracleNonPrivate(JagielskiOracle):

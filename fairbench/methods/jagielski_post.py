@@ -52,7 +52,6 @@ classifier is its own session's (seed's) DP-SGD run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
@@ -63,29 +62,20 @@ from pydantic import Field, model_validator
 from scipy.optimize import linprog
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import (
-    Device,
-    FairnessSpec,
-    Fitted,
-    Method,
-    TrainingHparams,
-    Trial,
-    resolve_device,
-)
+from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
 from fairbench.methods.engine import (
-    Schedule,
+    Outcome,
     StackedData,
-    StackedProgram,
+    TrainingProgram,
     calibrated,
     check_one_free_quantity,
     exact_sums,
     expected_batch,
     init_models,
-    one_stacked_step,
-    run_stacked,
     uncalibrated,
 )
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.models.grad_sample import CrossEntropy
 from fairbench.models.stacked import stack_models
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
@@ -93,7 +83,8 @@ from fairbench.privacy.accountant import StepShape, calibrate_laplace_scale
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.session import PrivacySession
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums
-from fairbench.task import Split, Task
+from fairbench.streams import numpy_stream
+from fairbench.task import Split
 
 BASE = "jagielski-post: base classifier, clipped gradient sum"
 HISTOGRAM = "jagielski-post: Laplace histogram of (prediction, group, label)"
@@ -193,6 +184,7 @@ class JagielskiPost(Method):
         Direction.LOOSER,
         low=0.0,
         high=1.0,
+        typical=0.05,
     )
     Hparams = JagielskiPostHparams
     hparams: JagielskiPostHparams
@@ -215,57 +207,74 @@ class JagielskiPost(Method):
         schedule = calibrated(hp, n, privacy, None, StepShape(extra=dp_event.LaplaceDpEvent(scale)))
         return schedule, scale
 
-    def plan(self, schedule: Schedule, scale: float) -> PrivacyLedger:
-        plan = PrivacyLedger()
-        if math.isinf(scale):  # the non-private twin releases nothing
-            return plan
-        if not self.sensitive:
-            plan.record(
-                BASE, sgd_steps(schedule.sampling_rate, schedule.noise_multiplier, schedule.steps)
-            )
-        plan.record(HISTOGRAM, dp_event.LaplaceDpEvent(scale))
-        return plan
-
-    def _check(self, fairness: FairnessSpec, task: Task) -> float:
-        if fairness.constraint not in CONSTRAINTS or fairness.definition is not None:
-            raise ConfigError(
-                f"method {self.name} supports the constraints {', '.join(CONSTRAINTS)}; "
-                f"got {fairness.constraint!r}"
-            )
-        if task.n_classes != 2:
-            raise ConfigError(
-                f"method {self.name} post-processes binary classifiers; "
-                f"{task.name} has {task.n_classes} classes"
-            )
-        if fairness.knob is None:
-            raise ConfigError(f"method {self.name} needs gamma values: give the method `knobs`")
-        return float(fairness.knob)
-
-    def _stages(self, task: Task, session: PrivacySession) -> tuple[Split, Split]:
-        """(base classifier's records, post-processing records): the training set twice, or
-        split by an independent coin per record (`holdout`), drawn from the trial's stream."""
-        train, share = task.train, self.hparams.holdout
+    def _post_mask(self, n: int, seed: int) -> np.ndarray | None:
+        """Which of n training records are post-processed (None: all of them, and all train
+        the base too): an independent coin per record from the trial's stream "holdout",
+        public randomness that reads no data."""
+        share = self.hparams.holdout
         if share == 0:
-            return train, train
-        post = session.rng("holdout").random(len(train)) < share
+            return None
+        post = numpy_stream(seed, "holdout").random(n) < share
         if post.all() or not post.any():
             raise ConfigError(
                 f"method {self.name}: holdout {share} left a stage empty on "
-                f"{len(train)} training records; change holdout"
+                f"{n} training records; change holdout"
             )
+        return post
+
+    def _stages(self, train: Split, seed: int) -> tuple[Split, Split]:
+        """(base classifier's records, post-processing records): the training set twice, or
+        split by the holdout coin."""
+        post = self._post_mask(len(train), seed)
+        if post is None:
+            return train, train
         return (
             Split(train.X[~post], train.y[~post], train.s[~post]),
             Split(train.X[post], train.y[post], train.s[post]),
         )
 
-    def _base_program(self, trial: Trial, schedule: Schedule) -> StackedProgram:
-        """The base classifier on the trial's (base-stage) training records: DP-SGD under the
-        full notion; plain SGD on the same Poisson batches under the sensitive-attribute
-        notion (it reads no group) or without a budget."""
-        hp, session = self.hparams, trial.session
-        models = init_models(hp, [trial])
+    def plan(
+        self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
+    ) -> Plan:
+        """The base classifier's schedule on its records (all training records, or those the
+        holdout coin leaves it) and the histogram's Laplace scale; the base's steps (under the
+        full notion) and the one histogram."""
+        if shape.n_classes != 2:
+            raise ConfigError(
+                f"method {self.name} post-processes binary classifiers; "
+                f"the task has {shape.n_classes} classes"
+            )
+        post = self._post_mask(shape.n, seed)
+        n_post = shape.n if post is None else int(post.sum())
+        n_base = shape.n if post is None else shape.n - n_post
+        schedule, scale = self.budget_split(n_base, target)
+        ledger = PrivacyLedger()
+        if not math.isinf(scale):  # the non-private twin releases nothing
+            if not self.sensitive:
+                q, sigma = schedule.sampling_rate, schedule.noise_multiplier
+                ledger.record(BASE, sgd_steps(q, sigma, schedule.steps))
+            ledger.record(HISTOGRAM, dp_event.LaplaceDpEvent(scale))
+        info = {
+            **schedule.info(),
+            "clip_norm": self.hparams.clip_norm,
+            "laplace_scale": scale,
+            "post_records": n_post,
+        }
+        laplace = {} if self.sensitive or math.isinf(scale) else {"laplace": scale}
+        return Plan(ledger, schedule, budget=schedule.budget(**laplace), info=info)
+
+    def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """The base classifier's steps on its records (`n`: the engine draws the batches among
+        them): DP-SGD under the full notion; plain SGD on the same Poisson batches under the
+        sensitive-attribute notion (it reads no group) or without a budget. Afterwards, the
+        histogram of its predictions on the post-processing records and the linear program."""
+        (trial,) = trials
+        hp, task, session = self.hparams, trial.task, trial.session
+        base_records, post_records = self._stages(task.train, session.seed)
+        models = init_models(hp, trials)
         stack = stack_models(models)
-        data = StackedData([trial.task], session.device)
+        data = StackedData([replace(task, train=base_records)], session.device)
+        schedule = plan.schedule
         noisy = session.private and not self.sensitive
         sigma = schedule.noise_multiplier
         sums = [session.gaussian_sum(BASE, hp.clip_norm, sigma)] if noisy else []
@@ -285,41 +294,21 @@ class JagielskiPost(Method):
             )
             stack.descend(grads, step_size)
 
-        return StackedProgram(models, schedule, step, lambda: [{}])
+        def outcomes() -> list[Outcome]:
+            gamma, constraint = float(trial.fairness.knob), trial.fairness.constraint
+            scale = plan.info["laplace_scale"]
+            counts = self._histogram(models[0], post_records, task.n_groups, session, scale)
+            bound, slack = self._bound(counts, constraint, gamma, scale, session)
+            derived = derived_predictor(counts, constraint, bound)
+            info = {
+                "gamma": gamma,
+                "slack": slack,
+                "effective_gamma": bound.tolist(),
+                "derived": derived.tolist(),
+            }
+            return [Outcome(info, derived=derived, privacy_notion=hp.privacy_notion)]
 
-    def train(self, task: Task, fairness: FairnessSpec, session: PrivacySession) -> Fitted:
-        hp = self.hparams
-        gamma = self._check(fairness, task)
-        base_records, post_records = self._stages(task, session)
-        schedule, scale = self.budget_split(len(base_records), session.budget)
-        base = Trial(replace(task, train=base_records), fairness, session)
-        program = self._base_program(base, schedule)
-        run_stacked([base], program, self.plan(schedule, scale), self.guarantee())
-        model = program.models[0]
-        counts = self._histogram(model, post_records, task.n_groups, session, scale)
-        bound, slack = self._bound(counts, fairness.constraint, gamma, scale, session)
-        derived = derived_predictor(counts, fairness.constraint, bound)
-        info = {
-            **schedule.info(),
-            "clip_norm": hp.clip_norm,
-            "gamma": gamma,
-            "laplace_scale": scale,
-            "slack": slack,
-            "effective_gamma": bound.tolist(),
-            "post_records": len(post_records),
-            "derived": derived.tolist(),
-        }
-        budget = schedule.budget(
-            **({} if self.sensitive or math.isinf(scale) else {"laplace": scale})
-        )
-        return Fitted(
-            model,
-            session.device,
-            info=info,
-            budget=budget,
-            derived=derived,
-            privacy_notion=hp.privacy_notion,
-        )
+        return TrainingProgram(models, step, outcomes, n=data.n)
 
     def _histogram(
         self, model, records: Split, n_groups: int, session: PrivacySession, scale: float
@@ -350,13 +339,3 @@ class JagielskiPost(Method):
             drawn = scale * (2.0 if self.sensitive else 1.0)  # the noise scale actually drawn
             slack = 2 * drawn * math.log(counts.size / self.hparams.beta) / n.min(axis=1)
         return gamma + slack, slack.tolist()
-
-    def stepper(
-        self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
-    ) -> Callable[[], None]:
-        """One step of the base classifier's training (the post-processing runs once)."""
-        session = PrivacySession(seed, resolve_device(device), privacy)
-        trial = Trial(task, FairnessSpec("equalized_odds", 0.05), session)
-        schedule, scale = self.budget_split(len(task.train), privacy)
-        program = self._base_program(trial, schedule)
-        return one_stacked_step(trial, program, self.plan(schedule, scale))

@@ -92,7 +92,7 @@ class Schedule:
 class Plan:
     """A trial's plan: the events it will release (`ledger`), the loop the engine runs
     (`schedule`, `rounds` of it: by default all its steps; None: the method runs its own
-    loop, `Method.run`), what training will have run (`budget`), the public quantities its
+    loop, `TrainingProgram.run`), what training will have run (`budget`), the public quantities its
     row reports (`info`), and public values its program reads that are not reported
     (`details`). Trials whose plans are equal train as one stacked program."""
 

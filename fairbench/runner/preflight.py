@@ -3,8 +3,8 @@
 `expand` (runner.config) validates the config's shape, names, hyper-parameters and knob ranges.
 What it cannot see without the data and the accountant is found here: each distinct private
 configuration's noise or step count is calibrated for its target epsilon exactly as the trial
-will calibrate it (the method's own `train` runs until it submits its privacy plan, then
-stops), so an infeasible epsilon is one error line naming the smallest feasible one instead of
+will calibrate it (the method's declared plan, `Method.plan`, from public inputs: nothing
+trains), so an infeasible epsilon is one error line naming the smallest feasible one instead of
 a run directory of failed trials. Seeds and knob values do not enter a calibration (the plan
 depends on the data size, the hyper-parameters and the budget), so one trial per
 configuration stands for the others. The same pass yields the plan `--dry-run` prints: steps
@@ -18,35 +18,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairbench.errors import CalibrationError, ConfigError
+from fairbench.errors import CalibrationError
 from fairbench.methods import FairnessSpec, get_method, method_class
-from fairbench.methods.base import TrainingHparams, resolve_device
+from fairbench.methods.base import TrainingHparams
 from fairbench.methods.plan import DataShape
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
-from fairbench.privacy.session import (
-    Guarantee,
-    PrivacyNotion,
-    PrivacySession,
-    planned_releases,
-)
+from fairbench.privacy.session import Guarantee, planned_releases
 from fairbench.runner.trial import TrialSpec, load_task
 
 STEP_TIMES = Path(__file__).resolve().parents[2] / "results/figures/table-step-time/step_time.csv"
-
-
-class _PlanSubmitted(Exception):  # control flow: the plan was reached
-    def __init__(self, plan: PrivacyLedger, guarantee: Guarantee) -> None:
-        self.plan, self.guarantee = plan, guarantee
-
-
-class _PlanOnlySession(PrivacySession):
-    """A session that stops training at the plan: calibration has run, no noise is drawn."""
-
-    def submit_plan(
-        self, plan: PrivacyLedger, guarantee: Guarantee | PrivacyNotion = PrivacyNotion.FULL
-    ) -> None:
-        super().submit_plan(plan, guarantee)
-        raise _PlanSubmitted(self.plan, self.guarantee)
 
 
 @dataclass(frozen=True)
@@ -154,24 +134,13 @@ def plan_at(spec: TrialSpec, epsilon: float) -> PrivacyLedger:
 def capture(spec: TrialSpec, epsilon: float) -> tuple[PrivacyLedger, Guarantee]:
     """The plan the trial submits at `epsilon` and the guarantee it submits it under (what its
     epsilon is a statement about): the method's declared plan (`Method.plan`, from public
-    inputs), or for a plugin of the former contract, found by training until the plan is
-    submitted."""
+    inputs) and guarantee, which the engine submits."""
     method = get_method(spec.method, **spec.hparams)
-    if method._declares_plan():
-        fairness = FairnessSpec(spec.constraint, spec.knob, spec.constraint_definition)
-        method.check(fairness)
-        target = PrivacyBudget(epsilon, spec.delta)
-        plan = method.plan(DataShape.of(load_task(spec)), target, fairness, spec.seed)
-        return plan.ledger, method.guarantee()
-    session = _PlanOnlySession(
-        spec.seed, resolve_device(spec.device), PrivacyBudget(epsilon, spec.delta)
-    )
     fairness = FairnessSpec(spec.constraint, spec.knob, spec.constraint_definition)
-    try:
-        method.train(load_task(spec), fairness, session)
-    except _PlanSubmitted as submitted:
-        return submitted.plan, submitted.guarantee
-    raise ConfigError(f"method {spec.method} trained without submitting a privacy plan")
+    method.check(fairness)
+    target = PrivacyBudget(epsilon, spec.delta)
+    plan = method.plan(DataShape.of(load_task(spec)), target, fairness, spec.seed)
+    return plan.ledger, method.guarantee()
 
 
 def smallest_feasible_epsilon(spec: TrialSpec, infeasible: float) -> float | None:

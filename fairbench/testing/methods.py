@@ -22,7 +22,8 @@ from pydantic import BaseModel
 from fairbench import constraints
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Fitted
+from fairbench.methods.base import FairnessSpec, Fitted, Method
+from fairbench.methods.knob import Direction, Knob
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, canonical
 from fairbench.runner.trial import evaluate, evaluate_group_loss
@@ -47,26 +48,21 @@ def disparity_task() -> Task:
 
 
 def knob_name(method_cls: type) -> str | None:
-    """The knob's name, whether the class declares a plain string or a `Knob` object."""
+    """The name of the class's `Knob`; None without one."""
     knob = getattr(method_cls, "knob", None)
-    return knob if knob is None or isinstance(knob, str) else str(getattr(knob, "name", knob))
+    return None if knob is None else knob.name
 
 
-def default_knob_values(knob: Any) -> tuple[float, float] | None:
-    """(loose, strict) from a `Knob`'s direction ("stricter" or "looser": what a larger value
-    does) and its lower bound; None for a plain string knob, which says neither."""
-    direction = getattr(getattr(knob, "direction", None), "value", getattr(knob, "direction", None))
-    if direction not in ("stricter", "looser"):
-        return None
-    low = getattr(knob, "low", None)
-    small = 0.0 if low is None else float(low)
-    if not getattr(knob, "low_inclusive", True):
+def default_knob_values(knob: Knob) -> tuple[float, float]:
+    """(loose, strict) from the knob's direction (what a larger value does) and its range."""
+    small = 0.0 if knob.low is None else float(knob.low)
+    if not knob.low_inclusive:
         small += 0.01
     large = small + 1.0
-    high = getattr(knob, "high", None)
+    high = knob.high
     if high is not None and large > high:
-        large = float(high) if getattr(knob, "high_inclusive", True) else (small + high) / 2
-    return (large, small) if direction == "looser" else (small, large)
+        large = float(high) if knob.high_inclusive else (small + high) / 2
+    return (large, small) if knob.direction is Direction.LOOSER else (small, large)
 
 
 def one_line(text: str) -> str:
@@ -163,7 +159,16 @@ def check_attributes(c: Checker) -> Iterator[str]:
         "Hparams must forbid unknown keys (model_config extra='forbid')",
     )
     knob = getattr(cls, "knob", None)
-    c.require(knob is None or knob_name(cls), "attributes", "knob must be None, a name or a Knob")
+    c.require(
+        knob is None or isinstance(knob, Knob),
+        "attributes",
+        "knob must be None or a fairbench.methods.knob.Knob (the engine checks values with it)",
+    )
+    c.require(
+        isinstance(cls, type) and issubclass(cls, Method) and cls.program is not Method.program,
+        "attributes",
+        "a method subclasses fairbench.methods.base.Method and declares plan() and program()",
+    )
     yield "attributes"
 
 
@@ -344,12 +349,6 @@ def check_knob(c: Checker, knob_values: tuple[float, float] | None) -> Iterator[
     if name is None:
         return
     values = knob_values or default_knob_values(c.cls.knob)
-    if values is None:
-        yield (
-            f"knob-monotonicity: skipped (knob {name!r} is a plain name with no direction; "
-            "pass knob_values=(loose, strict))"
-        )
-        return
     task = disparity_task()
     eps = c.targets[-1] if c.private else None
     violation = []
@@ -381,7 +380,7 @@ def iter_checks(
 ) -> Iterator[str]:
     """`check_method`, one check at a time: yields each passed check's name as it passes (a
     skipped one as "NAME: skipped (why)") and raises `AssertionError` at the first failure."""
-    has_knob = knob_name(method_cls) is not None
+    has_knob = getattr(method_cls, "knob", None) is not None
     c = Checker(
         method_cls,
         task if task is not None else disparity_task(),
@@ -414,7 +413,7 @@ def check_method(
     `task` defaults to `synthetic` (1,500 rows), `constraint` to demographic parity, `knob` (for
     a method with one) to 0.1, `hparams` to the class defaults: pass small ones (few epochs) to
     keep its four to six fits quick. `knob_values` = (loose, strict) for the knob smoke test;
-    by default they come from a `Knob`'s direction, and a plain-string knob skips the test."""
+    by default they come from the `Knob`'s direction and range."""
     return list(
         iter_checks(
             method_cls,
