@@ -22,31 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import pandas as pd
-    from matplotlib.figure import Figure
-
-    from fairbench.report.document import Document
-
-
-@dataclass(frozen=True)
-class Csv:
-    name: str  # file name in the output folder
-    frame: pd.DataFrame
-
-
-@dataclass(frozen=True)
-class Plot:
-    stem: str  # file name without suffix: `<stem>.png` and `<stem>.pdf`
-    figure: Figure
-
-
-@dataclass(frozen=True)
-class Doc:
-    name: str  # `<name>.md`, its tables also in `<name>.tex`
-    document: Document
-
-
-Output = Csv | Plot | Doc
+    from fairbench.report.outputs import Output
 
 
 @dataclass(frozen=True)
@@ -135,6 +111,7 @@ def _write_text(path: Path, text: str) -> Path:
 def write(output: Output, dest: Path) -> list[Path]:
     """One output into `dest`; returns the files written."""
     from fairbench.report.figure import save
+    from fairbench.report.outputs import Csv, Plot
 
     if isinstance(output, Csv):
         return [_write_text(dest / output.name, output.frame.to_csv(index=False))]

@@ -17,10 +17,11 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from fairbench.figures import FIGURES, Plot, build, outputs
+from fairbench.figures import FIGURES, build, outputs
 from fairbench.report import plots
 from fairbench.report.aggregate import merge_identical_knobs, pareto_points, trials_frame
 from fairbench.report.figure import new_figure, overlaps, panel_note, safe_stem, save
+from fairbench.report.outputs import Plot
 from fairbench.rundir.store import finished_rows
 from tests.conftest import REPO
 

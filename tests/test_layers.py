@@ -1,7 +1,8 @@
 """The package's import graph, read from the source with `ast`: no cycle between subpackages
 (top-level modules count as their own), none between the modules of one subpackage, and no
 import upward through the layers. Every import counts, those inside functions included; the
-implicit import of a module's parent packages does not."""
+implicit import of a module's parent packages does not, nor does an import under
+`if TYPE_CHECKING:` (it never runs: annotations only, e.g. the engine naming `Method`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ LAYERS = [
     {"methods"},
     {"rundir", "catalog"},  # catalog: what `describe` shows of methods and datasets
     {"runner", "report", "audit"},
-    {"workflows"},
+    {"workflows", "figures"},  # figures: the paper figures' registry, built by report
     {"cli", "api", "testing"},  # api: the Python API (fairbench.run); testing: the plugin
     # conformance kit, over methods, datasets, runner
 ]
@@ -54,13 +55,23 @@ def _targets(node: ast.AST, package: str) -> list[str]:
     return [f"{module}.{a.name}" if _exists(f"{module}.{a.name}") else module for a in node.names]
 
 
+def _without_type_checking(tree: ast.Module) -> ast.Module:
+    """The module without its `if TYPE_CHECKING:` blocks."""
+    tree.body = [
+        node
+        for node in tree.body
+        if not (isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    ]
+    return tree
+
+
 def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """fairbench module -> the fairbench modules it imports anywhere in its source."""
     graph: dict[str, set[str]] = {}
     for path in sorted(root.rglob("*.py")):
         name = _module_name(path)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _without_type_checking(ast.parse(path.read_text(), str(path)))
         graph[name] = {t for n in ast.walk(tree) for t in _targets(n, package)} - {name}
     return graph
 

@@ -22,15 +22,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import Device, FairnessSpec, Fitted, Method, TrainingHparams, Trial
 from fairbench.methods.plan import Budget, DataShape, Plan, Schedule
+from fairbench.methods.trial import (
+    Device,
+    FairnessSpec,
+    Fitted,
+    TrainingHparams,
+    Trial,
+    resolve_device,
+)
 from fairbench.models import build_model
 from fairbench.privacy import PrivacyBudget, calibrate_noise_multiplier, calibrate_steps
 from fairbench.privacy.accountant import PLAIN, StepShape
@@ -38,6 +45,9 @@ from fairbench.privacy.contributions import StackedOuterProducts
 from fairbench.privacy.session import PrivacySession
 from fairbench.privacy.stacked import StackedBatches, poisson_rounds, shuffled_rounds
 from fairbench.task import Task
+
+if TYPE_CHECKING:  # the interface the engine runs; base builds on this module
+    from fairbench.methods.base import Method
 
 
 def init_model(hp: TrainingHparams, task: Task, session: PrivacySession) -> nn.Module:
@@ -274,8 +284,6 @@ def one_step(
 ) -> Callable[[], None]:
     """`fairbench bench`'s view of a one-trial program: each call runs one round of exactly the
     code `fit` runs, on the method's typical knob."""
-    from fairbench.methods.base import resolve_device
-
     session = PrivacySession(seed, resolve_device(device), privacy if method.private else None)
     knob = None if method.knob is None else method.knob.typical
     trial = Trial(task, FairnessSpec("demographic_parity", knob), session)

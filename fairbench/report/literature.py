@@ -23,7 +23,6 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from fairbench.errors import ConfigError
-from fairbench.figures import Csv, Doc, Output, Plot
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.report.document import Document, Images, Table
 from fairbench.report.figure import (
@@ -33,6 +32,7 @@ from fairbench.report.figure import (
     place_labels,
     suptitle,
 )
+from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.privacy_cost import (
     COLUMNS,
     TuneOutput,

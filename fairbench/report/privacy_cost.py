@@ -25,8 +25,8 @@ import pandas as pd
 import yaml
 
 from fairbench.errors import ConfigError
-from fairbench.figures import Csv, Doc, Output, Plot
 from fairbench.report.aggregate import ci95, trials_frame
+from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.privacy_cost_notes import (
     ERROR_ONLY,
     WITHIN_TAU,

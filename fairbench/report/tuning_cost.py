@@ -37,12 +37,12 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from fairbench.errors import ConfigError
-from fairbench.figures import Csv, Doc, Output, Plot
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.metrics import majority_class_error
 from fairbench.report.aggregate import ci95
 from fairbench.report.document import Document, Images, Table
 from fairbench.report.figure import finish, legend_below, new_figure
+from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.palette import style
 from fairbench.report.privacy_cost import dataset_key
 
