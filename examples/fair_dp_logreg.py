@@ -27,10 +27,11 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field
 
-from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import TrainingProgram, expected_batch, init_model, train_tensors
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
+from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
 from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape

@@ -14,9 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from fairbench.methods.base import FairnessSpec, Hparams, Method, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import Outcome, TrainingProgram
 from fairbench.methods.plan import DataShape, Plan
+from fairbench.methods.trial import FairnessSpec, Hparams, Trial
 from fairbench.privacy import PrivacyBudget
 
 

@@ -26,7 +26,7 @@ from dp_accounting import dp_event
 
 from fairbench.datasets import get_dataset
 from fairbench.methods import get_method
-from fairbench.methods.base import FairnessSpec
+from fairbench.methods.trial import FairnessSpec
 from fairbench.privacy import PrivacyBudget, epsilon
 from fairbench.privacy.events import sgd_steps
 from fairbench.task import Provenance, Split, Task

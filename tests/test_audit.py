@@ -28,7 +28,7 @@ from fairbench.audit.whitebox import (
     canary_scores,
 )
 from fairbench.cli.checks import Broken
-from fairbench.methods.base import FairnessSpec
+from fairbench.methods.trial import FairnessSpec
 from fairbench.privacy import PrivacyBudget, epsilon
 from fairbench.privacy.contributions import clipped_sum
 

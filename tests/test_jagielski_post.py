@@ -12,9 +12,9 @@ from fairbench import constraints, metrics
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import FairnessSpec, get_method
-from fairbench.methods.base import Trial
 from fairbench.methods.engine import fit_trials
 from fairbench.methods.jagielski_post import derived_predictor, rate_matrices
+from fairbench.methods.trial import Trial
 from fairbench.privacy import PrivacyBudget, epsilon
 from fairbench.privacy.session import PrivacySession, canonical
 from fairbench.runner.config import expand, parse_config

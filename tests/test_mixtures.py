@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fairbench import metrics
-from fairbench.methods.base import Fitted
+from fairbench.methods.trial import Fitted
 from fairbench.models import LogisticRegression
 from fairbench.privacy import PrivacyLedger
 from fairbench.runner.trial import decisions

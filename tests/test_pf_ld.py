@@ -12,9 +12,9 @@ from fairbench import metrics
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import FairnessSpec, get_method
-from fairbench.methods.base import Trial
 from fairbench.methods.engine import Schedule, StackedData, init_models
 from fairbench.methods.pf_ld import Dual, Lagrangian, Layout
+from fairbench.methods.trial import Trial
 from fairbench.models.stacked import stack_models
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.events import sgd_steps

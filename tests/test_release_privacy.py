@@ -14,8 +14,8 @@ import yaml
 import fairbench.methods as methods
 from fairbench.datasets.base import independent_split
 from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Trial
 from fairbench.methods.dp_sgd import DPSGD
+from fairbench.methods.trial import FairnessSpec, Trial
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.session import (
     Guarantee,

@@ -9,7 +9,7 @@ import torch
 
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, get_method, method_class, registry
-from fairbench.methods.base import Trial
+from fairbench.methods.trial import Trial
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.session import PrivacySession, canonical
 from fairbench.runner.stacking import work_units

@@ -15,10 +15,11 @@ import fairbench.methods as methods
 from fairbench.datasets import get_dataset
 from fairbench.datasets import registry as dataset_registry
 from fairbench.errors import ConfigError, DataError
-from fairbench.methods.base import Method, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.dp_sgd import DPSGD, DPSGDHparams
 from fairbench.methods.engine import fit_trials
 from fairbench.methods.raco_dp import SGDA
+from fairbench.methods.trial import Trial
 from fairbench.runner.trial import TrialSpec, run_trial
 from fairbench.testing import check_adapter, check_method
 from fairbench.testing.__main__ import main

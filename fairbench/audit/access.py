@@ -42,7 +42,8 @@ import numpy as np
 import torch
 from dp_accounting import dp_event
 
-from fairbench.methods.base import FairnessSpec, Fitted, Method
+from fairbench.methods.base import Method
+from fairbench.methods.trial import FairnessSpec, Fitted
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.noise import Kind, observe_releases
 from fairbench.task import Split, Task

@@ -40,7 +40,8 @@ from fairbench.audit.whitebox import WATCHED, AuditSession, Broken, Watch, canar
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import method_class
-from fairbench.methods.base import FairnessSpec, Method
+from fairbench.methods.base import Method
+from fairbench.methods.trial import FairnessSpec
 from fairbench.privacy import PrivacyBudget
 from fairbench.task import Split, Task
 

@@ -116,7 +116,7 @@ def _bench_device(device: str) -> str:
     a note (on stderr, so --json output stays JSON); `cuda` without one is a ConfigError."""
     import torch
 
-    from fairbench.methods.base import resolve_device
+    from fairbench.methods.trial import resolve_device
 
     if device not in ("cpu", "cuda", "auto"):
         raise ConfigError(f"--device {device!r}: choose cpu, cuda or auto")

@@ -8,7 +8,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Fitted, Method
+from fairbench.methods.base import Method
+from fairbench.methods.trial import FairnessSpec, Fitted
 
 GROUP = "fairbench.methods"
 _REGISTERED: dict[str, type[Method]] = {}  # added by `register`; kept across cache_clear()

@@ -65,7 +65,7 @@ from torch import nn
 
 from fairbench.constraints import group_objectives as go
 from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
     StackedData,
@@ -75,6 +75,7 @@ from fairbench.methods.engine import (
 )
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
+from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape

@@ -66,7 +66,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fairbench import constraints
-from fairbench.methods.base import CalibratedHparams, FairnessSpec, Method, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.dp_sgd import DPSGD
 from fairbench.methods.engine import (
     Gathered,
@@ -79,6 +79,7 @@ from fairbench.methods.engine import (
 )
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan
+from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import OneTrial, StackedLinear, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger

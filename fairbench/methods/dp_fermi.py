@@ -67,7 +67,7 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
-from fairbench.methods.base import CalibratedHparams, FairnessSpec, Method, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
     StackedData,
@@ -80,6 +80,7 @@ from fairbench.methods.engine import (
 )
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan
+from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fairbench.methods.base import CalibratedHparams, FairnessSpec, Method, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     StackedData,
     TrainingProgram,
@@ -23,6 +23,7 @@ from fairbench.methods.engine import (
     init_models,
 )
 from fairbench.methods.plan import DataShape, Plan
+from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.metrics import VIOLATIONS
 from fairbench.models.grad_sample import CrossEntropy
 from fairbench.models.stacked import stack_models, stackable

@@ -93,10 +93,11 @@ from dp_accounting import dp_event
 from pydantic import Field
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import Device, FairnessSpec, Hparams, Method, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import Outcome, TrainingProgram
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import Budget, DataShape, Plan
+from fairbench.methods.trial import Device, FairnessSpec, Hparams, Trial
 from fairbench.models import build_model
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, SEARCH_DISCRETISATION

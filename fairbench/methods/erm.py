@@ -8,9 +8,10 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import TrainingProgram, init_model, train_tensors
 from fairbench.methods.plan import DataShape, Plan, Schedule
+from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
 from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.stacked import StackedBatches

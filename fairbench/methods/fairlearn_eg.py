@@ -43,10 +43,11 @@ from pydantic import Field, field_validator
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import Device, FairnessSpec, Hparams, Method, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import Outcome, TrainingProgram
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import Budget, DataShape, Plan
+from fairbench.methods.trial import Device, FairnessSpec, Hparams, Trial
 from fairbench.privacy import PrivacyBudget
 from fairbench.task import Task
 

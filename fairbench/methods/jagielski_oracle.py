@@ -83,7 +83,7 @@ from scipy.optimize import linprog
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.cgoo import WeightedCrossEntropy, component
 from fairbench.methods.engine import (
     Outcome,
@@ -95,6 +95,7 @@ from fairbench.methods.engine import (
 )
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
+from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
 from fairbench.models.grad_sample import one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier, epsilon

@@ -62,7 +62,7 @@ from pydantic import Field, model_validator
 from scipy.optimize import linprog
 
 from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Method, TrainingHparams, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
     StackedData,
@@ -76,6 +76,7 @@ from fairbench.methods.engine import (
 )
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
+from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
 from fairbench.models.grad_sample import CrossEntropy
 from fairbench.models.stacked import stack_models
 from fairbench.privacy import PrivacyBudget, PrivacyLedger

@@ -96,7 +96,7 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
-from fairbench.methods.base import CalibratedHparams, FairnessSpec, Method, Trial
+from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
     StackedData,
@@ -108,6 +108,7 @@ from fairbench.methods.engine import (
 )
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
+from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fairbench.methods.base import Fitted
+from fairbench.methods.trial import Fitted
 
 MODELS = "models"
 

@@ -20,7 +20,8 @@ from fairbench.constraints import CustomConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError, DataError
 from fairbench.methods import get_method, method_class
-from fairbench.methods.base import resolve_device, series_label
+from fairbench.methods.base import series_label
+from fairbench.methods.trial import resolve_device
 from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import DEFAULT_DELTA, PrivacyBudget
 from fairbench.privacy.noise import OPENDP_MISSING

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from fairbench.errors import CalibrationError
 from fairbench.methods import FairnessSpec, get_method, method_class
-from fairbench.methods.base import TrainingHparams
 from fairbench.methods.plan import DataShape
+from fairbench.methods.trial import TrainingHparams
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.session import Guarantee, planned_releases
 from fairbench.runner.trial import TrialSpec, load_task

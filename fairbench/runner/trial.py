@@ -16,7 +16,7 @@ from fairbench import constraints, metrics
 from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
-from fairbench.methods.base import Trial, resolve_device
+from fairbench.methods.trial import Trial, resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, ledger_cache
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.rundir.models import fitted_state

@@ -22,8 +22,9 @@ from pydantic import BaseModel
 from fairbench import constraints
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
-from fairbench.methods.base import FairnessSpec, Fitted, Method
+from fairbench.methods.base import Method
 from fairbench.methods.knob import Direction, Knob
+from fairbench.methods.trial import FairnessSpec, Fitted
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, canonical
 from fairbench.runner.trial import evaluate, evaluate_group_loss

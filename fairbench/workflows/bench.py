@@ -23,7 +23,7 @@ import torch
 from fairbench.datasets import get_dataset
 from fairbench.errors import DataError
 from fairbench.methods import FairnessSpec, get_method
-from fairbench.methods.base import resolve_device
+from fairbench.methods.trial import resolve_device
 from fairbench.privacy import PrivacyBudget
 from fairbench.task import Task
 
