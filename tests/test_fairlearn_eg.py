@@ -74,7 +74,9 @@ def test_equalized_odds_runs_and_unsupported_constraints_are_refused(task):
         task, None, FairnessSpec("equalized_odds", 0.05), seed=0
     )
     assert fitted.info["difference_bound"] == 0.05
-    with pytest.raises(ConfigError, match="supports the constraints demographic_parity, equalized_odds"):
+    with pytest.raises(
+        ConfigError, match="supports the constraints demographic_parity, equalized_odds"
+    ):
         get_method("fairlearn-eg").fit(task, None, FairnessSpec("false_negative_rate", 0.1), 0)
     with pytest.raises(ConfigError, match="difference_bound"):
         get_method("fairlearn-eg").fit(task, None, FairnessSpec("demographic_parity"), 0)

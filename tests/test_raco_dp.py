@@ -194,9 +194,9 @@ def test_the_authors_clipped_dual_update_is_post_processing_that_moves_lambda(ta
     paper's signed update still reacts to noisy values above 1."""
     spec, budget = FairnessSpec("demographic_parity", 1.0), PrivacyBudget(1.0)
     fits = {
-        update: get_method(
-            "raco-dp", batch_size=256, laplace_scale=20.0, dual_update=update
-        ).fit(task, budget, spec, seed=0)
+        update: get_method("raco-dp", batch_size=256, laplace_scale=20.0, dual_update=update).fit(
+            task, budget, spec, seed=0
+        )
         for update in ("signed", "clipped")
     }
     signed, clipped = fits["signed"], fits["clipped"]
