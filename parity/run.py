@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from parity import protocol, table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,6 +146,53 @@ FERMI_COMMON = {
     "clip_norm_w": 5.0,
     "w_diameter": 10.0,
 }
+AUTHORS_RHO = "(smallest group count - 1) / n"  # their rho; filled in from the split
+# dp-fermi's parity switches (fairbench/methods/dp_fermi.py) set to the authors' choices, with
+# the exact group shares their P_s^(-1/2) uses; and the paper's (fairbench's default) choices
+FERMI_AUTHORS_SWITCHES = {
+    "ermi": "first-group",
+    "clipping": "batch-mean",
+    "batches": "shuffled",
+    "noise": "closed-form",
+    "logits": "sigmoid",
+    "w_init": "normal",
+}
+FERMI_PAPER_SWITCHES = {
+    "ermi": "full",
+    "clipping": "per-sample",
+    "batches": "poisson",
+    "noise": "calibrated",
+    "logits": "softmax",
+    "w_init": "zero",
+}
+FERMI_AUTHORS = {
+    **FERMI_COMMON,
+    "marginals": "public",
+    **FERMI_AUTHORS_SWITCHES,
+    "rho": AUTHORS_RHO,
+    "parity_unaccounted": True,
+}
+
+
+def fermi_authors_but(switch: str) -> dict[str, Any]:
+    """The authors' choices with one switch back at the paper's (what that choice changes)."""
+    hp = {**FERMI_AUTHORS, switch: FERMI_PAPER_SWITCHES[switch]}
+    if switch == "noise":
+        del hp["rho"]  # read only by the closed form
+    return hp
+
+
+def fermi_paper_with(switch: str) -> dict[str, Any]:
+    """fairbench's paper-faithful port with one switch at the authors' choice (what that choice
+    changes on its own), labelled not accounted where the choice needs it."""
+    hp = {**FERMI_COMMON, switch: FERMI_AUTHORS_SWITCHES[switch]}
+    if switch == "noise":
+        hp["rho"] = AUTHORS_RHO
+    if switch in ("batches", "noise"):
+        hp["parity_unaccounted"] = True
+    return hp
+
+
 FERMI_SETTINGS = (
     Setting(
         "defaults",
@@ -157,9 +206,22 @@ FERMI_SETTINGS = (
                 "marginals": "public",
             },
             "full notion, private marginals": FERMI_COMMON,
+            "authors' choices": FERMI_AUTHORS,
+            **{
+                f"authors' choices but {k}: {v}": fermi_authors_but(k)
+                for k, v in FERMI_PAPER_SWITCHES.items()
+            },
+            **{
+                f"paper's port with {k}: {v}": fermi_paper_with(k)
+                for k, v in FERMI_AUTHORS_SWITCHES.items()
+            },
         },
         "their args.py defaults (epochs 200, batch 1024, lr_theta 0.005, lr_W 0.01, C 5, "
-        "L 5), Parkinsons, epsilon 1, lambda 0.5, delta 1/n^2",
+        "L 5), Parkinsons, epsilon 1, lambda 0.5, delta 1/n^2; fairbench as the paper "
+        "(its defaults: two variants), with every parity switch at the authors' choice "
+        "(`authors' choices`, with their exact group shares; not accounted, as their "
+        "schedule), with each switch back at the paper's in turn, and the paper's port "
+        "(full notion, private marginals) with each switch alone at the authors' choice",
     ),
 )
 FERMI_EPSILON = 1.0
@@ -423,6 +485,7 @@ def run_fermi(a: argparse.Namespace) -> list[dict]:
                 for v, (variant, hp) in enumerate(setting.fairbench.items()):
                     mine = work / "fairbench" / f"{tag}_v{v}_s{k}.json"
                     delta = authors["delta"]
+                    hp = fermi_hparams(hp, task, authors["extra"]["schedule"])
                     if not mine.exists():
                         r = fb.run_port(
                             "dp-fermi",
@@ -477,6 +540,18 @@ def run_fermi(a: argparse.Namespace) -> list[dict]:
         driver(py, "authors_fermi.py", "figures", "--authors", str(checkout), "--out", str(figures))
     table.write_figures(json.loads(figures.read_text()), Path(a.out) / "dp-fermi")
     return results
+
+
+def fermi_hparams(hp: dict[str, Any], task: Any, schedule: dict[str, Any]) -> dict[str, Any]:
+    """`hp` with `rho: AUTHORS_RHO` replaced by its value on the task's training split,
+    checked against the authors' (their `Args.calculate_noise`)."""
+    if hp.get("rho") != AUTHORS_RHO:
+        return hp
+    counts = np.bincount(task.train.s)
+    rho = (int(counts.min()) - 1) / len(task.train)
+    if not np.isclose(rho, schedule["rho"], rtol=1e-12):
+        fail(f"rho {rho} from the split differs from the authors' {schedule['rho']}")
+    return {**hp, "rho": rho}
 
 
 def main(argv: list[str] | None = None) -> None:

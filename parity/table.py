@@ -83,8 +83,8 @@ def _max(values: Any) -> float | None:
 
 def _noise_on_mean(r: dict[str, Any]) -> float | None:
     """Standard deviation of the Gaussian noise on the mean gradient of a step: the DP-FERMI
-    script's std_theta as is; fairbench's noise multiplier times its clip over q n; None when
-    neither is recorded."""
+    script's std_theta as is; fairbench's noise multiplier times its clip over q n (the clip
+    times q n under `clipping: batch-mean`); None when neither is recorded."""
     schedule = r["extra"].get("schedule")
     if schedule:
         return float(schedule["std_theta"])
@@ -92,7 +92,10 @@ def _noise_on_mean(r: dict[str, Any]) -> float | None:
     clip = r["settings"].get("clip_norm")
     if sigma is None or clip is None or not r["sampling_rate"]:
         return None
-    return float(sigma * clip / (r["sampling_rate"] * r["sizes"]["train"]))
+    batch = r["sampling_rate"] * r["sizes"]["train"]
+    if r["settings"].get("clipping") == "batch-mean":
+        clip = clip * batch
+    return float(sigma * clip / batch)
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -257,13 +260,28 @@ def _header(title: str, method: str, meta: dict[str, Any], df: pd.DataFrame) -> 
 
 
 def _settings(meta: dict[str, Any]) -> list[str]:
+    """Each setting's note and its fairbench variants' hyper-parameters: in full, or as the
+    few keys by which they differ from an earlier variant."""
     lines = ["## Settings", ""]
     for setting in meta.get("settings", ()):
         lines.append(f"- `{setting.name}`: {setting.note}.")
+        earlier: list[tuple[str, dict[str, Any]]] = []
         for variant, hp in setting.fairbench.items():
             name = f" ({variant})" if variant else ""
-            lines.append(f"  fairbench{name}: `{json.dumps(hp, sort_keys=True)}`.")
+            base = min(earlier, key=lambda e: len(_changes(e[1], hp)), default=None)
+            if base is not None and len(_changes(base[1], hp)) <= 3:
+                changes = json.dumps(_changes(base[1], hp), sort_keys=True)
+                lines.append(f"  fairbench{name}: as `{base[0]}` with `{changes}`.")
+            else:
+                lines.append(f"  fairbench{name}: `{json.dumps(hp, sort_keys=True)}`.")
+            earlier.append((variant, hp))
     return [*lines, ""]
+
+
+def _changes(base: dict[str, Any], hp: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `hp` that differ from `base` (a key `base` has and `hp` lacks: None)."""
+    keys = set(base) | set(hp)
+    return {k: hp.get(k) for k in sorted(keys) if base.get(k) != hp.get(k)}
 
 
 def _wall(df: pd.DataFrame, meta: dict[str, Any]) -> list[str]:
@@ -347,7 +365,7 @@ def fermi_markdown(df, s, p, meta, stored) -> str:
         f"if their batches were Poisson at q = B/n it would be "
         f"{_num(s[s['implementation'] == 'authors']['epsilon_fairbench_if_poisson'].mean())}"
         ". For fairbench's rows, ε (fairbench's accountant) is the trial's own ledger "
-        "under its privacy notion" + _paper_analysis(s) + ".",
+        "under its privacy notion" + _paper_analysis(s) + "." + _unaccounted(s),
         "",
         "Noise on a step's mean gradient (standard deviation): "
         + "; ".join(
@@ -367,11 +385,73 @@ def fermi_markdown(df, s, p, meta, stored) -> str:
         "`within`: the 95% interval of the paired difference covers 0.",
         "",
     ]
+    choices = fermi_choices(s)
+    if choices:
+        lines += [
+            "## What each of the authors' choices changes",
+            "",
+            "Each parity switch of fairbench's `dp-fermi` (docs/methods.md) alone at the "
+            "authors' choice on the paper's port (`full notion, private marginals`), and "
+            "alone back at the paper's choice in `authors' choices` (mean test error and DP gap "
+            "over the seeds, 95% intervals).",
+            "",
+            choices,
+            "",
+        ]
     if stored is not None:
         lines += figures_markdown(stored, s)
     lines += FERMI_NOTES
     lines += _wall(df, meta)
     return "\n".join(lines)
+
+
+def fermi_choices(s: pd.DataFrame) -> str:
+    """One row per parity switch: the paper's port, then with the switch at the authors'
+    choice; `authors' choices`, then with the switch back at the paper's ("" without those
+    variants)."""
+    by = {r.implementation: r for r in s.itertuples()}
+    paper = by.get("fairbench (full notion, private marginals)")
+    authors = by.get("fairbench (authors' choices)")
+    if paper is None or authors is None:
+        return ""
+
+    def cell(r: Any) -> str:
+        if r is None:
+            return "-"
+        return f"{_ci(r.test_error, r.test_error_ci95)} / {_ci(r.test_gap, r.test_gap_ci95)}"
+
+    rows = [["(none)", "-", cell(paper), "-", cell(authors)]]
+    prefix = "fairbench (paper's port with "
+    for impl, r in by.items():
+        if not impl.startswith(prefix):
+            continue
+        switch, theirs = impl[len(prefix) : -1].split(": ")
+        undone = f"fairbench (authors' choices but {switch}: "
+        back = next((v for k, v in by.items() if k.startswith(undone)), None)
+        ours = back.implementation.split(": ")[-1][:-1] if back is not None else "-"
+        rows.append([f"`{switch}`", f"`{theirs}`", cell(r), f"`{ours}`", cell(back)])
+    return markdown_table(
+        [
+            "switch",
+            "authors' choice",
+            "paper's port with it: error / gap",
+            "paper's choice",
+            "authors' choices with it: error / gap",
+        ],
+        rows,
+    )
+
+
+def _unaccounted(s: pd.DataFrame) -> str:
+    if not np.isinf(s["epsilon_fairbench"].astype(float)).any():
+        return ""
+    return (
+        " Rows with ε inf ran an authors' choice the suite does not account (`batches: "
+        "shuffled`, `noise: closed-form`) under `parity_unaccounted: true`: their ledger "
+        "declares them not accounted. `authors' choices` runs the authors' schedule (the same "
+        "n, B, epochs, noise standard deviations and 800 updates), so the two readings of the "
+        "authors' row above apply to it."
+    )
 
 
 def _paper_analysis(s: pd.DataFrame) -> str:
@@ -572,30 +652,41 @@ RACO_NOTES = [*RACO_NOTES.splitlines(), ""]
 
 FERMI_NOTES = """## What explains the differences
 
-1. **Privacy of their schedule.** Their noise follows the closed form of Theorem 3.3
-   (sensitive-attribute DP, delta = 1/n^2, T = epochs ceil(n/B), rho the exact smallest group
-   share), which assumes per-record gradients bounded by L. The script clips the per-record
-   gradient of (loss + lambda psi) / B at L, i.e. the per-record gradient at L B = 5,120:
-   never active. As coded, one record moves theta's noisy sum by up to L (so the noise
-   multiplier is std_theta / L, about 1.04), W's gradient is not clipped (bounded only through
-   |W| <= C), and every record is in one batch per epoch for 200 epochs: fairbench's accountant
-   gives the ε in the table, far above the ε = 1 their code was calibrated to.
-2. **Objective.** For binary tasks their W is 1 x 1 and `torch.trace` of the 1 x 2 matrix
-   W p_hat(yhat, s) P_s^(-1/2) keeps only group 0 (Male, the first group in the train part):
-   the penalty pushes group 0's positive rate down whatever the sign of the gap. fairbench's
-   port optimises the full ERMI (softmax over both classes, W k x l).
-3. **Batches.** Shuffled fixed-size batches (B = 1024) with the last n mod B records of every
-   epoch computed but dropped (4 updates per epoch, 800 in all, while the noise assumes 1,000);
-   fairbench draws Poisson batches.
-4. **Group statistics.** P_s^(-1/2) and rho come from the exact training data (not
-   privatised); fairbench's `marginals: public` does the same and labels the row, its default
-   releases noisy counts.
-5. **Noise scale.** Their std_theta (about 5.2) is added to the mean of the clipped
-   gradients, i.e. a noise multiplier of about 1,070 relative to per-record gradients of the
-   mean bounded by L / B, far more noise than fairbench calibrates for the same ε, which is why
-   their model's error is far higher at the same learning rate.
-6. **Column order.** Their feature order is `list(set(columns))`: without a fixed
+Each difference of behaviour and the `dp-fermi` switch that reproduces the authors' choice
+(`authors' choices` sets them all; fairbench/methods/dp_fermi.py, docs/methods.md):
+
+1. **Privacy of their schedule** (`noise: closed-form`, `clipping: batch-mean`). Their noise
+   follows the closed form of Theorem 3.3 (sensitive-attribute DP, delta = 1/n^2, T = epochs
+   ceil(n/B), rho the exact smallest group share), which assumes per-record gradients bounded
+   by L. The script clips the per-record gradient of (loss + lambda psi) / B at L, i.e. the
+   per-record gradient at L B = 5,120: never active. As coded, one record moves theta's noisy
+   sum by up to L (so the noise multiplier is std_theta / L, about 1.04), W's gradient is not
+   clipped (bounded only through |W| <= C), and every record is in one batch per epoch for 200
+   epochs: fairbench's accountant gives the ε in the table, far above the ε = 1 their code was
+   calibrated to. fairbench refuses `noise: closed-form` (and `batches: shuffled`) unless
+   `parity_unaccounted: true`, which labels the row not accounted (ε inf);
+   `clipping: batch-mean` alone is accounted (clip L B), so calibrated noise grows B-fold.
+2. **Objective** (`ermi: first-group`). For binary tasks their W is 1 x 1 and `torch.trace` of
+   the 1 x 2 matrix W p_hat(yhat, s) P_s^(-1/2) keeps only group 0 (Male, the first group in
+   the train part): the penalty pushes group 0's positive rate down whatever the sign of the
+   gap. fairbench's port optimises the full ERMI (softmax over both classes, W k x l).
+3. **Model** (`logits: sigmoid`, `w_init: normal`). Their logistic regression has one output
+   (sigmoid, BCE), fairbench's a logit per class (softmax): the margin's gradient is twice
+   theirs and its noise sqrt(2) times. Their W starts at `torch.randn`, fairbench's at 0.
+4. **Batches** (`batches: shuffled`). Shuffled fixed-size batches (B = 1024) with the last
+   n mod B records of every epoch computed but dropped (4 updates per epoch, 800 in all, while
+   the noise assumes 1,000); fairbench draws Poisson batches.
+5. **Group statistics** (`marginals: public`, `rho`). P_s^(-1/2) and rho come from the exact
+   training data (not privatised); fairbench's `marginals: public` does the same and labels
+   the row, its default releases noisy counts; the closed form's rho is a hyper-parameter
+   (the harness passes their (smallest group count - 1) / n).
+6. **Noise scale** (`noise: closed-form`). Their std_theta (about 5.2) is added to the mean of
+   the clipped gradients, i.e. a noise multiplier of about 1,070 relative to per-record
+   gradients of the mean bounded by L / B, far more noise than fairbench calibrates for the
+   same ε, which is why their model's error is far higher at the same learning rate.
+7. **Column order** (no switch). Their feature order is `list(set(columns))`: without a fixed
    PYTHONHASHSEED their script is not reproducible from one process to the next (the driver
-   pins it to 0).
+   pins it to 0). Random draws (initialisation, batches, noise) come from other generators on
+   the two sides, so runs agree in distribution, not draw by draw.
 """
 FERMI_NOTES = [*FERMI_NOTES.splitlines(), ""]

@@ -244,3 +244,215 @@ def test_a_random_iterate_is_drawn_within_the_budget_of_noisy_counts(task):
         fitted = method.fit(task, PrivacyBudget(1.0), spec, seed=seed)
         assert fitted.info["returned_iterate"] <= fitted.info["steps"]
         assert fitted.ledger.epsilon(1e-5) <= 1.0
+
+
+# ----- parity switches (the authors' choices; module docstring) -------------------------------
+
+AUTHORS_NOISE = {"noise": "closed-form", "rho": 0.3, "parity_unaccounted": True}
+
+
+def test_ermi_first_group_is_the_authors_one_by_one_w():
+    """ermi: first-group keeps W's (group 0, positive class) entry only: psi_i is then the
+    authors' -Tr(W p_yhat W^T) + 2 Tr(W p_yhat_s P_s^(-1/2)) - 1 with a 1 x 1 W (their trace
+    of a 1 x 2 matrix keeps group 0 only), and with class 0's logit at 0 (logits: sigmoid)
+    the loss and its logit gradient are their BCE + lambda psi."""
+    gen = torch.Generator().manual_seed(7)
+    b, lam, w, p = 16, 0.8, 0.6, torch.tensor([0.7, 0.3])
+    z = torch.randn(b, generator=gen) * 2
+    y = torch.randint(0, 2, (b,), generator=gen)
+    s = torch.randint(0, 2, (b,), generator=gen)
+    theirs = []
+    zr = z.clone().requires_grad_(True)
+    for i in range(b):  # their script, one record at a time
+        y_hat = torch.sigmoid(zr[i]).view(1, 1)
+        onehot = torch.nn.functional.one_hot(s[i], 2).double().view(1, 2)
+        big_w, p_s = torch.tensor([[w]], dtype=torch.float64), torch.diag(p.double().rsqrt())
+        p_yhat, p_yhat_s = torch.diag(y_hat.view(1)).double(), y_hat.double().T @ onehot
+        fermi_loss = (
+            -torch.trace(big_w @ p_yhat @ big_w.T) + 2 * torch.trace(big_w @ p_yhat_s @ p_s) - 1
+        )
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(zr[i], y[i].float())
+        theirs.append(bce + lam * fermi_loss)
+    theirs = torch.stack(theirs)
+    (dz,) = torch.autograd.grad(theirs.sum(), zr)
+    w_rows = torch.zeros(b, 2, 2)
+    w_rows[:, 0, 1] = w
+    logits = torch.stack([torch.zeros(b), z], dim=1)
+    ours = fermi.FermiObjective(y, s, w_rows, p.rsqrt()[s], lam, trained=torch.tensor([0.0, 1.0]))
+    assert torch.allclose(ours(logits).double(), theirs.detach(), atol=1e-5)
+    assert torch.allclose(ours.logit_grad(logits)[:, 1], dz, atol=1e-5)
+    assert torch.equal(ours.logit_grad(logits)[:, 0], torch.zeros(b))  # class 0 never trains
+
+
+def test_ermi_first_group_trains_only_that_entry(task):
+    spec = FairnessSpec("equalized_odds", 2.0)
+    fitted = get_method("dp-fermi", epochs=2, ermi="first-group", w_diameter=100.0).fit(
+        task, PrivacyBudget(2.0), spec, seed=0
+    )
+    entries, norms = fitted.info["w_first_group"], fitted.info["w_norm"]
+    assert len(entries) == task.n_classes  # one 1 x 1 W per label cell
+    assert all(e != 0 for e in entries)
+    assert norms == pytest.approx([abs(e) for e in entries])  # every other entry stayed 0
+    assert fitted.info["ermi"] == "first-group" and fitted.ledger.epsilon(1e-5) <= 2.0
+    from fairbench.methods.plan import DataShape
+
+    for switch in ({"ermi": "first-group"}, {"logits": "sigmoid"}):
+        with pytest.raises(ConfigError, match="binary"):  # a three-class task
+            get_method("dp-fermi", **switch).plan(DataShape(900, 5, 3, 2), PrivacyBudget(1.0), spec)
+
+
+def test_batch_mean_clipping_clips_at_the_batch_size_times_the_clip(task, monkeypatch):
+    """clipping: batch-mean clips each record's gradient divided by B to clip_norm: a record
+    may contribute up to clip_norm B to the sum, so the per-record bound is not clip_norm; the
+    mechanisms say so (their sensitivity) and the run stays accounted (same ledger, calibrated
+    noise B-fold on the mean gradient)."""
+    from fairbench.privacy.session import PrivacySession
+
+    clips = []
+    real = PrivacySession.gaussian_sum
+
+    def spy(self, label, clip, noise_multiplier, group=None):
+        clips.append((label, clip))
+        return real(self, label, clip, noise_multiplier, group)
+
+    monkeypatch.setattr(PrivacySession, "gaussian_sum", spy)
+    hp = {"epochs": 2, "batch_size": 50, "clip_norm": 1.5, "clip_norm_w": 0.5}
+    spec = FairnessSpec("demographic_parity", 1.0)
+    fits = [
+        get_method("dp-fermi", **hp, clipping=c).fit(task, PrivacyBudget(1.0), spec, seed=0)
+        for c in ("per-sample", "batch-mean")
+    ]
+    batch = 50 / len(task.train) * len(task.train)
+    assert [c for _, c in clips] == pytest.approx([1.5, 0.5, 1.5 * batch, 0.5 * batch])
+    assert fits[1].ledger.to_json() == fits[0].ledger.to_json()
+    assert fits[1].target_accounting == "suite" and fits[1].ledger.epsilon(1e-5) <= 1.0
+    # one record with a gradient of norm 10: kept whole under batch-mean, cut to 1.5 otherwise
+    from fairbench.privacy.contributions import Rows, clipped_sum
+
+    record = Rows.of(torch.tensor([[6.0, 8.0]]))
+    clip_ps, _ = get_method("dp-fermi", **hp).hparams.clips(batch)
+    clip_bm, _ = get_method("dp-fermi", **hp, clipping="batch-mean").hparams.clips(batch)
+    assert clipped_sum(record, clip_ps)[0].norm().item() == pytest.approx(1.5)
+    assert clipped_sum(record, clip_bm)[0].norm().item() == pytest.approx(10.0)
+
+
+def test_shuffled_batches_have_fixed_size_and_drop_the_remainder(task, monkeypatch):
+    from fairbench.methods import engine
+    from fairbench.privacy.sampling import shuffled_batches
+
+    draw = shuffled_batches(10, 3, torch.Generator().manual_seed(0), torch.device("cpu"), True)
+    for _ in range(2):  # two epochs: 3 batches of 3 distinct records each, one record out
+        epoch = [draw() for _ in range(3)]
+        assert [len(b) for b in epoch] == [3, 3, 3]
+        assert len(set(torch.cat(epoch).tolist())) == 9
+    sizes = []
+    real = engine.shuffled_rounds
+
+    def spy(sessions, n, batch_size, drop_last=False):
+        next_round = real(sessions, n, batch_size, drop_last)
+
+        def wrapped():
+            round_ = next_round()
+            sizes.append(round_.sizes[0])
+            return round_
+
+        return wrapped
+
+    monkeypatch.setattr(engine, "shuffled_rounds", spy)
+    n, batch = len(task.train), 700
+    hp = {"epochs": 2, "batch_size": batch, "batches": "shuffled", "parity_unaccounted": True}
+    fitted = get_method("dp-fermi", **hp).fit(
+        task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 1.0), seed=0
+    )
+    assert fitted.info["steps"] == 2 * (n // batch) == len(sizes)
+    assert set(sizes) == {batch}  # the n mod B records left over sit each epoch out
+    assert fermi.shuffled_steps(2.0, n, batch) == 2 * (n // batch)
+
+
+def test_closed_form_noise_is_theorem_3_3_as_the_authors_compute_it(task):
+    n, batch, epochs, delta, rho = 4406, 1024, 200, 1 / 4406**2, 1405 / 4406
+    std_theta, std_w, steps = fermi.closed_form_noise(n, batch, epochs, 1.0, delta, rho, 5.0, 5.0)
+    assert steps == epochs * math.ceil(n / batch) == 1000
+    expected = math.sqrt(16 * steps * math.log(1 / delta) / (n**2 * rho))
+    assert std_w == pytest.approx(expected)
+    assert std_theta == pytest.approx(5.0 * 5.0 * expected)
+    # the authors' own run on Parkinsons (parity/authors_fermi.py): their Args.calculate_noise
+    assert std_theta == pytest.approx(5.206600660494394, rel=1e-12)
+    assert std_w == pytest.approx(0.2082640264197758, rel=1e-12)
+    # fairbench puts that noise on the mean gradient: sigma clip / (q n) = std_theta
+    lam, hp = 0.5, {"epochs": 2, "batch_size": 100, "clip_norm": 2.0, "w_diameter": 6.0}
+    for clipping in ("per-sample", "batch-mean"):
+        fitted = get_method("dp-fermi", **hp, **AUTHORS_NOISE, clipping=clipping).fit(
+            task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", lam), seed=0
+        )
+        info, q_n = fitted.info, 100.0
+        clip_theta, clip_w = get_method("dp-fermi", **hp, clipping=clipping).hparams.clips(q_n)
+        theirs = fermi.closed_form_noise(len(task.train), 100, 2, 1.0, 1e-5, 0.3, 2.0, 3.0)
+        assert info["closed_form_std_theta"] == pytest.approx(theirs[0])
+        assert info["noise_multiplier"] * clip_theta / q_n == pytest.approx(theirs[0])
+        w_sigma = fitted.budget.noise["w_gradient"]
+        assert lam * w_sigma * clip_w / q_n == pytest.approx(theirs[1])
+
+
+@pytest.mark.parametrize(
+    ("hparams", "message"),
+    [
+        ({"batches": "shuffled"}, "parity_unaccounted"),
+        ({"noise": "closed-form", "rho": 0.3}, "parity_unaccounted"),
+        ({"parity_unaccounted": True}, "goes with batches"),
+        ({"noise": "closed-form", "parity_unaccounted": True}, "needs rho"),
+        ({"rho": 0.3}, "read only with noise"),
+        ({**AUTHORS_NOISE, "calibrate": "steps", "noise_multiplier": 2.0}, "calibrate: noise"),
+    ],
+)
+def test_unaccounted_switches_are_refused_without_the_labelled_option(hparams, message):
+    with pytest.raises(ConfigError, match=message):
+        get_method("dp-fermi", **hparams)
+
+
+def test_unaccounted_runs_say_so_and_report_an_infinite_epsilon(task):
+    from dp_accounting import dp_event
+
+    from fairbench.privacy import ledger_cache
+
+    hp = {"epochs": 2, "batches": "shuffled", **AUTHORS_NOISE, "marginals": "public"}
+    fitted = get_method("dp-fermi", **hp).fit(
+        task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 1.0), seed=0
+    )
+    assert fitted.privacy_notion == (
+        "full+public-marginals (not accounted: shuffled batches, closed-form noise)"
+    )
+    assert fitted.target_accounting == "not accounted"
+    assert any(isinstance(e.event, dp_event.NonPrivateDpEvent) for e in fitted.ledger.entries)
+    assert fitted.ledger.epsilon(1e-5) == math.inf
+    assert ledger_cache.epsilon(fitted.ledger, 1e-5) == math.inf  # as the runner accounts it
+    assert ledger_cache.cross_check(fitted.ledger, 1e-5)["problems"] == []
+    # the same run without the marker would not be refused by epsilon alone: the session
+    # itself refuses shuffled batches to a private trial whose plan does not declare it
+    assert fitted.info["batches"] == "shuffled" and fitted.info["noise"] == "closed-form"
+
+
+def test_logits_sigmoid_is_the_one_output_model(task):
+    fitted = get_method("dp-fermi", epochs=2, logits="sigmoid").fit(
+        task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 1.0), seed=0
+    )
+    linear = fitted.model.linear
+    assert torch.count_nonzero(linear.weight[0]) == 0 and linear.bias[0].item() == 0.0
+    x = torch.as_tensor(task.test.X[:50])
+    expected = torch.sigmoid(x @ linear.weight[1] + linear.bias[1]).detach().numpy()
+    assert np.allclose(fitted.predict_proba(task.test.X[:50])[:, 1], expected, atol=1e-6)
+    assert fitted.target_accounting == "suite" and fitted.ledger.epsilon(1e-5) <= 1.0
+
+
+def test_w_init_normal_starts_w_from_the_trials_stream(task):
+    from fairbench.streams import torch_stream
+
+    hp = {"epochs": 1, "lr_w": 1e-9, "w_diameter": 100.0}
+    spec = FairnessSpec("demographic_parity", 1.0)
+    zero = get_method("dp-fermi", **hp).fit(task, PrivacyBudget(1.0), spec, seed=3)
+    normal = get_method("dp-fermi", **hp, w_init="normal").fit(
+        task, PrivacyBudget(1.0), spec, seed=3
+    )
+    start = torch.randn((1, task.n_groups, task.n_classes), generator=torch_stream(3, "w_init"))
+    assert zero.info["w_norm"][0] < 1e-3
+    assert normal.info["w_norm"] == pytest.approx(start.flatten(1).norm(dim=1).tolist(), rel=1e-4)

@@ -281,3 +281,45 @@ def test_a_folder_that_is_not_their_checkout_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run.main(["raco-dp", "--authors", str(tmp_path)])
     assert "is not a checkout of" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_fermi_variants_are_valid_ports_with_the_authors_rho():
+    """Every fairbench variant of the DP-FERMI settings builds dp-fermi once `rho` is read off
+    the split (their (smallest group count - 1) / n, checked against the authors' own);
+    `authors' choices` sets every parity switch at the authors' choice, labelled."""
+    from types import SimpleNamespace
+
+    from fairbench.methods import get_method
+
+    class Train(SimpleNamespace):
+        def __len__(self):
+            return len(self.s)
+
+    task = SimpleNamespace(train=Train(s=np.array([0] * 30 + [1] * 11)))
+    schedule = {"rho": 10 / 41}
+    for setting in run.FERMI_SETTINGS:
+        for hp in setting.fairbench.values():
+            get_method("dp-fermi", **run.fermi_hparams(hp, task, schedule))
+    authors = run.fermi_hparams(setting.fairbench["authors' choices"], task, schedule)
+    assert authors["rho"] == 10 / 41 and authors["parity_unaccounted"]
+    assert {k: authors[k] for k in run.FERMI_AUTHORS_SWITCHES} == run.FERMI_AUTHORS_SWITCHES
+    with pytest.raises(SystemExit):  # a split whose groups are not the authors'
+        run.fermi_hparams(run.FERMI_AUTHORS, task, {"rho": 0.3})
+
+
+def test_fermi_choices_table_reads_each_switch_both_ways():
+    def row(impl, err, gap):
+        return {"implementation": impl, "test_error": err, "test_error_ci95": 0.01,
+                "test_gap": gap, "test_gap_ci95": 0.02}  # fmt: skip
+
+    s = pd.DataFrame([
+        row("authors", 0.2, 0.1),
+        row("fairbench (full notion, private marginals)", 0.05, 0.06),
+        row("fairbench (authors' choices)", 0.25, 0.1),
+        row("fairbench (paper's port with ermi: first-group)", 0.07, 0.03),
+        row("fairbench (authors' choices but ermi: full)", 0.24, 0.12),
+    ])  # fmt: skip
+    text = table.fermi_choices(s)
+    assert "| `ermi` | `first-group` | 0.0700 ± 0.0100 / 0.0300 ± 0.0200 | `full` |" in text
+    assert "| (none) | - | 0.0500 ± 0.0100 / 0.0600 ± 0.0200 | - |" in text
+    assert table.fermi_choices(s.iloc[:2]) == ""  # without those variants: no table

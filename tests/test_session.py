@@ -262,6 +262,29 @@ def test_non_private_sessions_draw_nothing_and_record_nothing():
         PrivacySession(0, budget=BUDGET).shuffled(10, 2)
 
 
+def test_a_trial_declared_not_accounted_may_shuffle_and_spends_infinite_epsilon():
+    """A plan with a `NonPrivateDpEvent` (a parity run the suite cannot account) lets a
+    private trial draw shuffled batches; its releases on them are recorded unsampled, and the
+    marker makes its epsilon inf (never the target it did not meet)."""
+    plan = PrivacyLedger()
+    plan.record("g", dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(2.0), 3))
+    plan.record("not accounted", dp_event.NonPrivateDpEvent())
+    session = PrivacySession(0, budget=BUDGET)
+    with pytest.raises(PrivacyContractError, match="Poisson"):
+        session.shuffled(10, 4)  # no plan yet: refused as any private trial
+    session.submit_plan(plan)
+    assert session.not_accounted
+    session.unaccounted("not accounted")
+    draw, release = session.shuffled(10, 4, drop_last=True), session.gaussian_sum("g", 1.0, 2.0)
+    for _ in range(3):
+        batch = draw()
+        assert len(batch.indices) == 4 and batch.rate is None
+        release(Rows.of(torch.ones(4, 2)), batch)
+    ledger = session.ledger()
+    check_plan("m", session.plan, ledger)
+    assert ledger.epsilon(1e-5) == math.inf
+
+
 def test_canonical_forms_ignore_how_a_ledger_is_written_but_not_what_it_runs():
     one = PrivacyLedger()
     one.record("a", sgd_steps(0.1, 2.0, 4, 5.0))

@@ -49,17 +49,44 @@ different schedules, and under `iterate: random` each drawn step count plans its
 a stack splits into one program per plan. An MLP trains one trial at a time through the same
 code.
 
-The authors' public code departs from the paper in ways this plugin does not follow: it clips
-the averaged batch gradient rather than per-sample gradients (or does not clip at all); it
-draws shuffled fixed-size batches rather than Poisson samples; it sets delta = 1/n^2; for
-binary tasks it uses a 1 x 1 W, so only one cell of the ERMI objective is optimised; it has
-no validation split. Here: per-sample clipping, Poisson batches, delta from the config, the
-full k x l W, and the suite's splits.
+The authors' public code departs from the paper; by default this plugin does not follow it
+(per-sample clipping, Poisson batches, calibrated noise, delta from the config, the full
+k x l W, the suite's splits). For parity with their code (docs/parity.md) one switch per
+difference reproduces their choice; the defaults are the paper's. These four stay DP as
+accounted (their rows are calibrated and accounted as any other):
+- `ermi: first-group`: their logistic model has one sigmoid output, so W is 1 x 1 and
+  `torch.trace` keeps only group 0's term: psi_i = -W^2 F_i1 + 2 W F_i1 1[s_i = 0] / sqrt(p_0)
+  - 1. Here only W's entry (group 0, positive class) of each cell is optimised, the others
+  stay 0 (binary tasks): the per-record W-gradients are masked to that entry before the
+  release and the noise on the others is discarded.
+- `clipping: batch-mean`: they clip each record's gradient already divided by the batch size
+  B, i.e. per record at clip_norm B (never acting at their settings), and do not clip W's.
+  Here theta's and W's per-record gradients are clipped at clip_norm B and clip_norm_w B
+  (W's never acts either: |grad_W psi_i| <= 2 radius + 2 max_s p_s^(-1/2)), so the releases
+  keep a finite sensitivity: calibrated noise grows B-fold.
+- `logits: sigmoid`: their logistic model has one output, sigmoid(z); the suite's has a logit
+  per class. Here class 0's weights are held at 0 (softmax(0, z) = sigmoid(z)): its gradient
+  is not computed and its part of each release is discarded (binary tasks, logistic model).
+- `w_init: normal`: W starts from N(0, 1) entries (their `torch.randn`), drawn from the
+  trial's stream "w_init", not from 0.
+These two are not DP as the suite accounts:
+- `batches: shuffled`: fixed-size batches of a fresh permutation per epoch, the last n mod B
+  records of each epoch dropped (epochs floor(n / B) updates). No amplification the
+  accountant models; with `noise: calibrated`, sigma is the one calibrated for Poisson
+  batches of the same epochs.
+- `noise: closed-form`: Theorem 3.3's noise on the mean gradients as their code computes it
+  (`closed_form_noise`: T = epochs ceil(n / B), the given `rho`, delta the target's; they
+  set delta = 1/n^2), not calibrated by the suite's accountant.
+They are refused unless `parity_unaccounted: true`, which labels the row (its notion reads
+"... (not accounted: ...)", its `target_accounting` is `not accounted`) and records a
+`NonPrivateDpEvent` in its ledger, so its `epsilon_spent` is inf, never the target the run
+did not meet.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Literal
 
 import torch
@@ -67,6 +94,7 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
+from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
@@ -79,13 +107,14 @@ from fairbench.methods.engine import (
     uncalibrated,
 )
 from fairbench.methods.knob import Direction, Knob
-from fairbench.methods.plan import DataShape, Plan
+from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.contributions import StackedScattered
 from fairbench.privacy.events import sgd_steps
+from fairbench.privacy.pld import SubstitutionSampledDpEvent
 from fairbench.privacy.session import Guarantee, PrivacyNotion, PrivacySession
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums
 from fairbench.streams import numpy_stream
@@ -93,7 +122,18 @@ from fairbench.streams import numpy_stream
 THETA = "dp-fermi: Gaussian sum of clipped theta-gradients"
 W_LABEL = "dp-fermi: Gaussian sum of clipped W-gradients"
 COUNTS = "dp-fermi: Gaussian group counts for the marginals p(s)"
+UNACCOUNTED = "dp-fermi: not accounted (parity_unaccounted: the authors' choices)"
 Part = Literal["all", "public", "sensitive"]
+# the parity switches (docs/parity.md) and their paper-faithful defaults
+SWITCHES = {
+    "ermi": "full",
+    "clipping": "per-sample",
+    "batches": "poisson",
+    "noise": "calibrated",
+    "logits": "softmax",
+    "w_init": "zero",
+}
+NOT_ACCOUNTED = {"batches": "shuffled batches", "noise": "closed-form noise"}
 
 
 class FermiObjective:
@@ -105,7 +145,8 @@ class FermiObjective:
     stack's trial axis T). `w_rows`: W of each record's cell (..., B, k, l); `inv_sqrt_p`:
     p^(-1/2) of each record's (cell, group); `s`: each record's group; `lam`: a float, or one
     per trial as a (T, 1) tensor; `soft`: softmax(logits) at the current parameters, if
-    already known.
+    already known; `trained`: a 0/1 mask of the logits that train (`logits: sigmoid`: class
+    1's only), applied to the logit gradient.
     """
 
     def __init__(
@@ -117,8 +158,9 @@ class FermiObjective:
         lam: float | torch.Tensor,
         part: Part = "all",
         soft: torch.Tensor | None = None,
+        trained: torch.Tensor | None = None,
     ) -> None:
-        self.y, self.lam, self.part, self.soft = y, lam, part, soft
+        self.y, self.lam, self.part, self.soft, self.trained = y, lam, part, soft, trained
         self._lam = lam.unsqueeze(-1) if isinstance(lam, torch.Tensor) else lam  # (T, 1, 1)
         own = s[..., None, None].expand(*s.shape, 1, w_rows.shape[-1])
         self.public_coef = -(w_rows**2).sum(dim=-2)  # d psi_public / dF  (..., B, l)
@@ -146,7 +188,7 @@ class FermiObjective:
         grad = soft * (coef - (coef * soft).sum(dim=-1, keepdim=True))
         if self.part != "sensitive":
             grad = grad + soft - F.one_hot(self.y, logits.shape[-1]).to(logits.dtype)
-        return grad
+        return grad if self.trained is None else grad * self.trained
 
 
 def w_gradients(
@@ -158,6 +200,56 @@ def w_gradients(
     own = s[..., None, None].expand(*s.shape, 1, w_rows.shape[-1])
     group = (2 * inv_sqrt_p[..., None] * soft).unsqueeze(-2)
     return public, torch.zeros_like(w_rows).scatter_(-2, own, group)
+
+
+def closed_form_noise(
+    n: int,
+    batch_size: int,
+    epochs: float,
+    epsilon: float,
+    delta: float,
+    rho: float,
+    lipschitz: float,
+    radius: float,
+) -> tuple[float, float, int]:
+    """Theorem 3.3's Gaussian noise on the mean gradients as the authors' code computes it
+    (`Args.calculate_noise`): (std_theta, std_W, T) with T = epochs ceil(n / B) iterations,
+    std_theta = sqrt(16 L^2 C^2 log(1/delta) T / (epsilon^2 n^2 rho)) and
+    std_W = sqrt(16 T log(1/delta) / (epsilon^2 n^2 rho)), L the Lipschitz bound (clip) of
+    theta's gradient, C the radius of W's ball, rho the smallest group share."""
+    steps = round(epochs * math.ceil(n / batch_size))
+    base = math.sqrt(16 * steps * math.log(1 / delta) / (epsilon**2 * n**2 * rho))
+    return lipschitz * radius * base, base, steps
+
+
+def shuffled_steps(epochs: float, n: int, batch_size: int) -> int:
+    """Updates of `epochs` passes of fixed-size shuffled batches, each pass's last n mod B
+    records dropped (floor(n / B) updates per pass), as the authors' loop runs them."""
+    if batch_size > n:
+        raise ConfigError(f"batches: shuffled needs batch_size <= n ({batch_size} > {n})")
+    return max(1, round(epochs * (n // batch_size)))
+
+
+def step_events(
+    q: float | None, sigmas: list[float], steps: int, substitution: bool
+) -> dp_event.DpEvent:
+    """`steps` rounds of Gaussian releases of noise multipliers `sigmas` sharing one batch:
+    Poisson-sampled at q (`sgd_steps` with one sigma per release), or unsampled (q None:
+    shuffled batches, no amplification)."""
+    releases = [dp_event.GaussianDpEvent(s) for s in sigmas]
+    inner = releases[0] if len(releases) == 1 else dp_event.ComposedDpEvent(releases)
+    if q is not None:
+        sampled = SubstitutionSampledDpEvent if substitution else dp_event.PoissonSampledDpEvent
+        inner = sampled(q, inner)
+    return dp_event.SelfComposedDpEvent(inner, steps)
+
+
+@torch.no_grad()
+def zero_class_zero(stack) -> None:
+    """`logits: sigmoid`: class 0's weights and bias set to 0 in every trial of a stack of
+    logistic regressions, so softmax(0, z) = sigmoid(z), the authors' one-output model."""
+    stack.weight[:, 0].zero_()
+    stack.bias[:, 0].zero_()
 
 
 def project_rows(w: torch.Tensor, radius: float) -> torch.Tensor:
@@ -202,12 +294,90 @@ class DPFermiHparams(CalibratedHparams):
         "last",
         description="model returned: the last iterate or a uniformly drawn one (the analysis')",
     )
+    # The authors' choices, for parity with their code (module docstring, docs/parity.md);
+    # the defaults are the paper's
+    ermi: Literal["full", "first-group"] = Field(
+        "full",
+        description="full: the ERMI of every (group, class) cell; first-group: only W's "
+        "entry (group 0, positive class), the authors' 1 x 1 W (binary tasks)",
+    )
+    clipping: Literal["per-sample", "batch-mean"] = Field(
+        "per-sample",
+        description="per-sample: each record's gradient clipped to clip_norm (clip_norm_w); "
+        "batch-mean: its gradient divided by the batch size, as the authors' code (accounted)",
+    )
+    batches: Literal["poisson", "shuffled"] = Field(
+        "poisson",
+        description="poisson: Poisson batches; shuffled: the authors' fixed-size batches per "
+        "epoch, the last n mod B records dropped (needs parity_unaccounted)",
+    )
+    noise: Literal["calibrated", "closed-form"] = Field(
+        "calibrated",
+        description="calibrated: by the suite's accountant; closed-form: Theorem 3.3's noise "
+        "on the mean gradients as the authors' code (needs parity_unaccounted and rho)",
+    )
+    rho: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="noise: closed-form only: the smallest group share it assumes (public; the "
+        "authors use (smallest group count - 1) / n of the training data)",
+    )
+    logits: Literal["softmax", "sigmoid"] = Field(
+        "softmax",
+        description="softmax: the suite's logistic model (a logit per class); sigmoid: the "
+        "authors' one-output model (binary tasks): class 0's logit fixed at 0",
+    )
+    w_init: Literal["zero", "normal"] = Field(
+        "zero", description="W's start: zero, or N(0, 1) entries as the authors' torch.randn"
+    )
+    parity_unaccounted: bool = Field(
+        False,
+        description="run batches: shuffled or noise: closed-form in a private run: the row "
+        "is labelled not accounted and its epsilon_spent is inf",
+    )
 
     @model_validator(mode="after")
     def _paper_accounting_is_sensitive(self):
         if self.sensitive_accounting == "paper" and self.privacy_notion != "sensitive-attribute":
             raise ValueError("sensitive_accounting: paper goes with sensitive-attribute")
         return self
+
+    @model_validator(mode="after")
+    def _unaccounted_switches_are_labelled(self):
+        """batches: shuffled and noise: closed-form are not DP as the suite accounts (dp-fermi
+        runs are always private): refused unless parity_unaccounted says so."""
+        unaccounted = [f"{k}: {getattr(self, k)}" for k in NOT_ACCOUNTED if self.switched(k)]
+        if unaccounted and not self.parity_unaccounted:
+            raise ValueError(
+                f"{' and '.join(unaccounted)} (the authors' choice) is not DP as the suite "
+                "accounts it; set parity_unaccounted: true to run it anyway, labelled not "
+                "accounted, with epsilon_spent inf"
+            )
+        if self.parity_unaccounted and not unaccounted:
+            raise ValueError(
+                "parity_unaccounted: true goes with batches: shuffled or noise: closed-form"
+            )
+        if self.switched("noise"):
+            if self.rho is None:
+                raise ValueError("noise: closed-form needs rho, the smallest group share")
+            if self.calibrate == "steps":
+                raise ValueError("noise: closed-form sets the noise from epochs: calibrate: noise")
+            if self.sensitive_accounting == "paper":
+                raise ValueError("noise: closed-form replaces sensitive_accounting: paper")
+        elif self.rho is not None:
+            raise ValueError("rho is read only with noise: closed-form")
+        return self
+
+    def switched(self, name: str) -> bool:
+        """The parity switch `name` is off its paper-faithful default."""
+        return getattr(self, name) != SWITCHES[name]
+
+    def clips(self, batch: float) -> tuple[float, float]:
+        """The per-record clips of theta's and W's gradients (`clipping: batch-mean`: times
+        the batch size `batch`, the normaliser of the sums)."""
+        factor = batch if self.switched("clipping") else 1.0
+        return self.clip_norm * factor, self.clip_norm_w * factor
 
 
 class DPFermi(Method):
@@ -270,42 +440,97 @@ class DPFermi(Method):
         0), and the counts once. With `iterate: random` only the steps up to the drawn iterate
         are run and planned (the draw, from the trial's stream "iterate", is independent of
         the data; the noise stays calibrated for all the steps). lambda = 0 and lambda > 0,
-        and each drawn iterate, plan differently: they run in separate stacks."""
+        and each drawn iterate, plan differently: they run in separate stacks. The parity
+        switches (module docstring) change the schedule and the ledger only when set."""
         hp, lam = self.hparams, float(fairness.knob)
+        for name in ("ermi", "logits"):
+            if hp.switched(name) and shape.n_classes != 2:
+                raise ConfigError(
+                    f"{name}: {getattr(hp, name)} is the authors' binary model (one sigmoid "
+                    f"output); this task has {shape.n_classes} classes"
+                )
+        if hp.switched("logits") and hp.model != "logistic":
+            raise ConfigError("logits: sigmoid is the authors' logistic model: model: logistic")
         counts = self._count_event(lam)
         releases = 2 if lam > 0 else (0 if self.sensitive else 1)
         paper = hp.sensitive_accounting == "paper"
         step_shape = StepShape(releases, self.sensitive and not paper, counts)
-        if releases == 0:  # nothing private is released per step
+        if releases == 0 or hp.switched("noise"):  # no noise, or the closed form's (below)
             schedule = uncalibrated(hp, shape.n)
         else:
             schedule = calibrated(hp, shape.n, target, None, step_shape)
+        if hp.switched("batches"):  # fixed-size batches, each epoch's remainder dropped
+            schedule = replace(
+                schedule,
+                steps=shuffled_steps(hp.epochs, shape.n, hp.batch_size),
+                shuffle=hp.batch_size,
+                drop_last=True,
+            )
+        sigmas, closed = [schedule.noise_multiplier] * releases, {}
+        if hp.switched("noise") and releases:
+            sigmas, closed = self._closed_form(shape.n, schedule, target, lam, releases)
+            schedule = replace(schedule, noise_multiplier=sigmas[0], calibrated=None)
         q, sigma = schedule.sampling_rate, schedule.noise_multiplier
         rounds = None
         if hp.iterate == "random":
             rounds = int(numpy_stream(seed, "iterate").integers(1, schedule.steps + 1))
         steps = rounds or schedule.steps
         ledger = PrivacyLedger()
-        if releases:
+        if releases and not (hp.switched("batches") or hp.switched("noise")):
             ledger.record(THETA, sgd_steps(q, sigma, steps, None, releases, self.sensitive))
+        elif releases:
+            sampled = None if hp.switched("batches") else q
+            ledger.record(THETA, step_events(sampled, sigmas, steps, self.sensitive))
         if counts is not None:
             ledger.record(COUNTS, counts)
+        if hp.parity_unaccounted:
+            ledger.record(UNACCOUNTED, dp_event.NonPrivateDpEvent())
         info = {
             **schedule.info(),
             "clip_norm": hp.clip_norm,
             "clip_norm_w": hp.clip_norm_w,
             "releases_per_step": releases,
         }
-        if self.sensitive and releases:
+        if self.sensitive and releases and not hp.parity_unaccounted:
             amplified = sgd_steps(q, sigma, schedule.steps, None, releases)
             if counts is not None:
                 amplified = dp_event.ComposedDpEvent([amplified, counts])
             info["epsilon_paper_analysis"] = epsilon(amplified, target.delta)
         info["returned_iterate"] = steps
+        info |= {name: getattr(hp, name) for name in SWITCHES if hp.switched(name)} | closed
         noise = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
+        if len(sigmas) == 2 and sigmas[1] != sigma:
+            noise["w_gradient"] = sigmas[1]
         cells = shape.n_classes if fairness.constraint == "equalized_odds" else 1
+        details = {"cells": cells}
+        if len(sigmas) == 2 and sigmas[1] != sigma:
+            details["w_noise_multiplier"] = sigmas[1]
         budget = schedule.budget(steps, **noise)
-        return Plan(ledger, schedule, rounds, budget, info, {"cells": cells})
+        return Plan(ledger, schedule, rounds, budget, info, details)
+
+    def _closed_form(
+        self, n: int, schedule: Schedule, target: PrivacyBudget, lam: float, releases: int
+    ) -> tuple[list[float], dict[str, float]]:
+        """The noise multipliers of theta's (and W's) Gaussian sums that put the closed form's
+        noise (`closed_form_noise`) on the mean gradients: sum noise = std times the batch
+        normaliser q n, over the sum's sensitivity (its clip, twice it under the
+        sensitive-attribute notion; theta's noised term and W's gradient are multiplied by
+        lambda after the release). Also the row's info about them."""
+        hp = self.hparams
+        std_theta, std_w, steps = closed_form_noise(
+            n, hp.batch_size, hp.epochs, target.epsilon, target.delta, hp.rho,
+            hp.clip_norm, hp.w_diameter / 2,
+        )  # fmt: skip
+        batch = schedule.sampling_rate * n
+        clip_theta, clip_w = hp.clips(batch)
+        moved = 2.0 if self.sensitive else 1.0
+        theta_scale = lam if self.sensitive else 1.0
+        sigmas = [std_theta * batch / (theta_scale * clip_theta * moved)]
+        if releases == 2:
+            sigmas.append(std_w * batch / (lam * clip_w * moved))
+        info = {"closed_form_std_theta": std_theta, "closed_form_std_w": std_w}
+        info |= {"closed_form_steps": steps, "closed_form_delta": target.delta}
+        return sigmas, info
 
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
@@ -330,11 +555,31 @@ class DPFermi(Method):
             for i, t in enumerate(trials)
         ]
         inv_sqrt_p = torch.stack([p.rsqrt().to(dev, torch.float32) for p in marginals])
+        if hp.parity_unaccounted:  # the release that makes each trial's epsilon inf
+            for t in trials:
+                t.session.unaccounted(UNACCOUNTED)
         sigma = schedule.noise_multiplier
-        theta_sums = [t.session.gaussian_sum(THETA, hp.clip_norm, sigma) for t in trials]
-        w_sums = [t.session.gaussian_sum(W_LABEL, hp.clip_norm_w, sigma) for t in trials]
-        w = torch.zeros((len(trials), n_cells, k, l), device=dev)
+        sigma_w = plan.details.get("w_noise_multiplier", sigma)
         radius, scale = hp.w_diameter / 2, expected_batch(schedule, data.n)
+        clip_theta, clip_w = hp.clips(scale)
+        theta_sums = [t.session.gaussian_sum(THETA, clip_theta, sigma) for t in trials]
+        w_sums = [t.session.gaussian_sum(W_LABEL, clip_w, sigma_w) for t in trials]
+        w = torch.zeros((len(trials), n_cells, k, l), device=dev)
+        if hp.switched("w_init"):  # each trial's own stream: public randomness
+            for i, t in enumerate(trials):
+                w[i] = torch.randn(w[i].shape, generator=t.session.stream("w_init"), device=dev)
+        # ermi: first-group: only W's entry (group 0, positive class) moves; the rest stays 0
+        only = None
+        if hp.switched("ermi"):
+            only = torch.zeros((k, l), device=dev)
+            only[0, 1] = 1.0
+            w = w * only
+        # logits: sigmoid: class 0's weights stay 0 (its logit is 0, softmax(0, z) is
+        # sigmoid(z)); its gradient is not computed and its part of each release discarded
+        positive_logit = None
+        if hp.switched("logits"):
+            positive_logit = torch.tensor([0.0, 1.0], device=dev)
+            zero_class_zero(stack)
         lam = torch.tensor(lams, dtype=torch.float32, device=dev).unsqueeze(1)  # (T, 1)
         ascent = torch.tensor(
             [hp.lr_w * x / scale for x in lams], dtype=torch.float32, device=dev
@@ -355,7 +600,7 @@ class DPFermi(Method):
             soft = torch.softmax(logits, dim=-1)  # once for theta's and W's gradients
 
             def contributions(part: Part):
-                objective = FermiObjective(yb, sb, w_rows, ip, lam, part, soft)
+                objective = FermiObjective(yb, sb, w_rows, ip, lam, part, soft, positive_logit)
                 return stack.contributions(xb, objective, logits, rows, x_sq)
 
             if sensitive:  # the group-free part is public: exact; the group term is noised
@@ -369,9 +614,13 @@ class DPFermi(Method):
             else:
                 grads = gaussian_sums(theta_sums, contributions("all"), batches)
             stack.descend(grads, hp.lr / scale)
+            if positive_logit is not None:
+                zero_class_zero(stack)
             if not positive:
                 return
             public_w, group_w = w_gradients(soft, sb, w_rows, ip)
+            if only is not None:
+                public_w, group_w = public_w * only, group_w * only
 
             def scattered(values: torch.Tensor) -> StackedScattered:
                 return StackedScattered.masked(values, cb, n_cells, rows.mask, rows.sizes)
@@ -381,6 +630,8 @@ class DPFermi(Method):
                 total = total + gaussian_sums(w_sums, scattered(group_w), batches)[0]
             else:
                 total = gaussian_sums(w_sums, scattered(public_w + group_w), batches)[0]
+            if only is not None:  # the other entries' noise is discarded
+                total = total * only
             w = project_rows(w + ascent * total, radius)
 
         def outcomes() -> list[Outcome]:
@@ -388,10 +639,18 @@ class DPFermi(Method):
             notion = self.guarantee().label + (" (paper analysis)" if paper else "")
             norms = w.flatten(-2).norm(dim=-1).cpu().tolist()
             accounting = "paper-analysis" if paper else "suite"
-            return [
-                Outcome({"lambda": x, "w_norm": w_norm, "marginals": p.cpu().tolist()},
-                        privacy_notion=notion, target_accounting=accounting)
+            if hp.parity_unaccounted:
+                why = [text for name, text in NOT_ACCOUNTED.items() if hp.switched(name)]
+                notion += f" (not accounted: {', '.join(why)})"
+                accounting = "not accounted"
+            infos = [
+                {"lambda": x, "w_norm": w_norm, "marginals": p.cpu().tolist()}
                 for x, w_norm, p in zip(lams, norms, marginals, strict=True)
-            ]  # fmt: skip
+            ]
+            if only is not None:  # the authors' 1 x 1 W of each cell
+                for info, entry in zip(infos, w[:, :, 0, 1].cpu().tolist(), strict=True):
+                    info["w_first_group"] = entry
+            return [Outcome(info, privacy_notion=notion, target_accounting=accounting)
+                    for info in infos]  # fmt: skip
 
         return TrainingProgram(models, step, outcomes)

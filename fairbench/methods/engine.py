@@ -271,11 +271,12 @@ def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
 
 def rounds(sessions: list[PrivacySession], n: int, plan: Plan) -> Callable[[], StackedBatches]:
     """The loop's batches for `sessions`: Poisson at the schedule's rate (each session's own
-    "sampling" stream), or shuffled mini-batches for a non-private schedule that asks."""
+    "sampling" stream), or shuffled mini-batches for a schedule that asks (non-private, or
+    declared not accounted: the sessions refuse them otherwise)."""
     schedule = plan.schedule
     assert schedule is not None
     if schedule.shuffle is not None:
-        return shuffled_rounds(sessions, n, schedule.shuffle)
+        return shuffled_rounds(sessions, n, schedule.shuffle, schedule.drop_last)
     return poisson_rounds(sessions, n, schedule.sampling_rate)
 
 

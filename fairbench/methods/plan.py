@@ -56,14 +56,17 @@ class Budget:
 @dataclass(frozen=True)
 class Schedule:
     """What the loop runs: `steps` batches at `sampling_rate` (Poisson; shuffled mini-batches
-    of `shuffle` records instead, for a non-private method that sets it), Gaussian releases
-    at `noise_multiplier` (0: a non-private run), `calibrated` naming the solved quantity."""
+    of `shuffle` records instead, for a non-private method that sets it or a private trial
+    declared not accounted, each epoch's last n mod `shuffle` records skipped with
+    `drop_last`), Gaussian releases at `noise_multiplier` (0: a non-private run),
+    `calibrated` naming the solved quantity."""
 
     sampling_rate: float
     steps: int
     noise_multiplier: float = 0.0
     calibrated: str | None = None
     shuffle: int | None = None
+    drop_last: bool = False
 
     def budget(self, steps: int | None = None, **other_noise: float) -> Budget:
         """The trial's `Budget`: the Gaussian noise under `gradient`, other releases' scales by

@@ -39,7 +39,10 @@ def at_search_bound(steps: int, noise_multiplier: float) -> bool:
 def epsilon(
     event: dp_event.DpEvent, delta: float, *, _interval: float = REPORT_DISCRETISATION
 ) -> float:
-    """Epsilon of `event` at `delta` by the suite's PLD accountant (inf if it cannot be met)."""
+    """Epsilon of `event` at `delta` by the suite's PLD accountant (inf if it cannot be met,
+    or if the event declares a release not accounted: `events.not_accounted`)."""
+    if events.not_accounted(event):
+        return math.inf
     with np.errstate(over="ignore", divide="ignore"):  # dp-accounting's log-sum-exp at +inf
         return float(pld.build(event, _interval).get_epsilon_for_delta(delta))
 

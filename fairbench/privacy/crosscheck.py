@@ -22,7 +22,7 @@ from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy.special import gammaln, logsumexp
 
-from fairbench.privacy import pld
+from fairbench.privacy import events, pld
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, epsilon
 from fairbench.privacy.ledger import PrivacyLedger
 
@@ -186,7 +186,10 @@ def laplace_closed_form(event: dp_event.DpEvent) -> float | None:
 
 
 def cross_check(event: dp_event.DpEvent, delta: float, reported: float) -> dict[str, Any]:
-    """The independent figures for `event` and whether `reported` sits within them."""
+    """The independent figures for `event` and whether `reported` sits within them (none for
+    an event declared not accounted: its epsilon is infinite by declaration)."""
+    if events.not_accounted(event):
+        return {"pld_optimistic": None, "rdp": None, "laplace_closed_form": None, "problems": []}
     optimistic = optimistic_epsilon(event, delta)
     rdp = rdp_epsilon(event, delta)
     closed = laplace_closed_form(event)

@@ -47,6 +47,18 @@ def sgd_steps(
     return dp_event.SelfComposedDpEvent(sampled(sampling_rate, inner), steps)
 
 
+def not_accounted(event: dp_event.DpEvent) -> bool:
+    """Whether `event` holds a `NonPrivateDpEvent`: a trial that declared itself not accounted
+    (a parity run with an author's choice the suite cannot account, e.g. DP-FERMI's
+    `parity_unaccounted`). Its epsilon is infinite, whatever else it composes."""
+    if isinstance(event, dp_event.NonPrivateDpEvent):
+        return True
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return any(not_accounted(e) for e in event.events)
+    inner = getattr(event, "event", None)  # self-composed and sampled events
+    return isinstance(inner, dp_event.DpEvent) and not_accounted(inner)
+
+
 def to_dict(event: dp_event.DpEvent) -> dict[str, Any]:
     """A JSON-ready form: the class name under "type" plus the event's fields, recursively."""
 

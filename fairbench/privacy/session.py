@@ -45,6 +45,7 @@ import torch
 from dp_accounting import dp_event
 
 from fairbench.errors import FairbenchError
+from fairbench.privacy import events
 from fairbench.privacy.budget import PrivacyBudget
 from fairbench.privacy.contributions import (
     Array,
@@ -232,13 +233,34 @@ class PrivacySession:
         self._rounds += 1
         return Batch(indices, rate, self._rounds)
 
-    def shuffled(self, n: int, batch_size: int) -> Callable[[], Batch]:
-        """Batches from a fresh permutation each epoch: non-private trials only (shuffling
-        gives no amplification the accountant models)."""
-        if self.private:
-            raise PrivacyContractError("a private trial samples Poisson batches, not shuffles")
-        draw = shuffled_batches(n, batch_size, self.stream("sampling"), self.device)
+    def shuffled(self, n: int, batch_size: int, drop_last: bool = False) -> Callable[[], Batch]:
+        """Batches from a fresh permutation each epoch (`sampling.shuffled_batches`; with
+        `drop_last` each epoch's n mod batch_size records left over are skipped). Shuffling
+        gives no amplification the accountant models: a private trial draws them only when its
+        plan declares it not accounted (`unaccounted`); releases on them are recorded as
+        unsampled."""
+        if self.private and not self.not_accounted:
+            raise PrivacyContractError(
+                "a private trial samples Poisson batches, not shuffles (unless its plan "
+                "declares it not accounted)"
+            )
+        draw = shuffled_batches(n, batch_size, self.stream("sampling"), self.device, drop_last)
         return lambda: Batch(draw(), None, 0)
+
+    @property
+    def not_accounted(self) -> bool:
+        """The submitted plan declares the trial not accounted (its epsilon is infinite)."""
+        return self.plan is not None and any(
+            events.not_accounted(entry.event) for entry in self.plan.entries
+        )
+
+    def unaccounted(self, label: str) -> None:
+        """Record the release that makes a trial not accounted: one `NonPrivateDpEvent`,
+        planned like any other, for a run the suite cannot account (a parity run with an
+        author's choice, e.g. shuffled batches or noise from a paper's closed form). The
+        trial's epsilon is then infinite: its row never states a false one."""
+        if self.private:
+            self._record(label, dp_event.NonPrivateDpEvent(), None, None)
 
     # -- mechanisms ---------------------------------------------------------------------------
     def gaussian_sum(

@@ -63,11 +63,12 @@ def poisson_rounds(
 
 
 def shuffled_rounds(
-    sessions: list[PrivacySession], n: int, batch_size: int
+    sessions: list[PrivacySession], n: int, batch_size: int, drop_last: bool = False
 ) -> Callable[[], StackedBatches]:
-    """Each (non-private) session's shuffled mini-batches (`session.shuffled`: a fresh
-    permutation of its "sampling" stream each epoch), one round at a time."""
-    draws = [s.shuffled(n, batch_size) for s in sessions]
+    """Each session's shuffled mini-batches (`session.shuffled`: a fresh permutation of its
+    "sampling" stream each epoch; non-private sessions, or private ones declared not
+    accounted), one round at a time."""
+    draws = [s.shuffled(n, batch_size, drop_last) for s in sessions]
 
     def next_round() -> StackedBatches:
         batches = [draw() for draw in draws]
