@@ -67,15 +67,6 @@ def train_tensors(task: Task, device: torch.device) -> tuple[torch.Tensor, torch
     return x, y
 
 
-def check_one_free_quantity(hp: TrainingHparams) -> None:
-    """`calibrate: noise` solves for sigma, `calibrate: steps` for the step count given
-    `noise_multiplier`: exactly one of the two is free (a pydantic validator's check)."""
-    if hp.calibrate == "steps" and hp.noise_multiplier is None:
-        raise ValueError("calibrate: steps needs noise_multiplier")
-    if hp.calibrate == "noise" and hp.noise_multiplier is not None:
-        raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
-
-
 def uncalibrated(hp: TrainingHparams, n: int) -> Schedule:
     """Steps from `epochs` at the expected batch size, no noise (non-private twins)."""
     q = min(1.0, hp.batch_size / n)

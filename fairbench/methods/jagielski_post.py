@@ -58,7 +58,7 @@ from typing import Literal
 import numpy as np
 import torch
 from dp_accounting import dp_event
-from pydantic import Field, model_validator
+from pydantic import Field
 from scipy.optimize import linprog
 
 from fairbench.errors import ConfigError
@@ -68,7 +68,6 @@ from fairbench.methods.engine import (
     StackedData,
     TrainingProgram,
     calibrated,
-    check_one_free_quantity,
     exact_sums,
     expected_batch,
     init_models,
@@ -76,7 +75,7 @@ from fairbench.methods.engine import (
 )
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
-from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
+from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.models.grad_sample import CrossEntropy
 from fairbench.models.stacked import stack_models
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
@@ -92,7 +91,7 @@ HISTOGRAM = "jagielski-post: Laplace histogram of (prediction, group, label)"
 CONSTRAINTS = ("equalized_odds", "false_negative_rate_parity", "demographic_parity")
 
 
-class JagielskiPostHparams(TrainingHparams):
+class JagielskiPostHparams(CalibratedHparams):
     # the base classifier's DP-SGD, with dp-sgd's defaults
     lr: float = Field(1.0, gt=0)
     batch_size: int = Field(512, ge=1)
@@ -109,18 +108,6 @@ class JagielskiPostHparams(TrainingHparams):
     beta: float | None = Field(
         None, gt=0, lt=1, description="the paper's slack confidence; None: no slack"
     )
-    calibrate: Literal["noise", "steps"] = Field(
-        "noise",
-        description="noise: solve sigma (steps from epochs); steps: fix sigma, solve the steps",
-    )
-    noise_multiplier: float | None = Field(
-        None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
-    )
-
-    @model_validator(mode="after")
-    def _one_free_quantity(self):
-        check_one_free_quantity(self)
-        return self
 
 
 def rate_matrices(counts: np.ndarray, constraint: str) -> tuple[np.ndarray, np.ndarray]:

@@ -69,14 +69,13 @@ from fairbench.methods.engine import (
     StackedData,
     TrainingProgram,
     calibrated,
-    check_one_free_quantity,
     expected_batch,
     init_models,
     uncalibrated,
 )
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan
-from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
+from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial, check_one_free_quantity
 from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger

@@ -58,11 +58,17 @@ class CalibratedHparams(TrainingHparams):
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
-        if self.calibrate == "steps" and self.noise_multiplier is None:
-            raise ValueError("calibrate: steps needs noise_multiplier")
-        if self.calibrate == "noise" and self.noise_multiplier is not None:
-            raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
+        check_one_free_quantity(self)
         return self
+
+
+def check_one_free_quantity(hp: TrainingHparams) -> None:
+    """`calibrate: noise` solves for sigma, `calibrate: steps` for the step count given
+    `noise_multiplier`: exactly one of the two is free (a pydantic validator's check)."""
+    if hp.calibrate == "steps" and hp.noise_multiplier is None:
+        raise ValueError("calibrate: steps needs noise_multiplier")
+    if hp.calibrate == "noise" and hp.noise_multiplier is not None:
+        raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
 
 
 @dataclass(frozen=True)
