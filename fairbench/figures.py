@@ -77,7 +77,10 @@ FIGURES: dict[str, FigureSpec] = {
             "violation and rank under each.",
             inputs_help="`fairbench tune --out` directories of both arms (private and uncharged)",
             # what the Makefile's default TUNING_COST commits
-            committed=_paths("results/tune/tuning-cost", ["german-free", "german-paid"]),
+            committed=_paths(
+                "results/tune/tuning-cost",
+                ["german-free", "german-paid", "compas-free", "compas-paid"],
+            ),
         ),
         FigureSpec(
             name="literature",

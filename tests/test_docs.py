@@ -56,7 +56,7 @@ PRIVACY_COST = " ".join(
 # the paired tune outputs behind fig-tuning-cost, in the Makefile's order
 TUNING_COST = " ".join(
     f"results/tune/tuning-cost/{name}-{arm}"
-    for name in ["german"]
+    for name in ["german", "compas"]
     for arm in ["free", "paid"]
 )
 
