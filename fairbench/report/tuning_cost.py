@@ -326,7 +326,11 @@ def tuning_cost_figure(table: pd.DataFrame) -> Figure:
         majority = here["majority_error"].iloc[0]
         if not math.isnan(majority):
             ax.axhline(majority, color="black", linestyle=":", linewidth=1)
-        ax.set_ylim(bottom=0)  # an interval from few repeats can reach below 0
+        # an interval from 2 or 3 released models can reach below 0 or far above 1: the axis
+        # shows every mean and the intervals of cells with more, and cuts the others at its edge
+        steady = here[here["released"] > 3]
+        top = max(here["test_error_mean"].max(), steady["ci_high"].max(skipna=True))
+        ax.set_ylim(0, min(1.0, 1.05 * top))
         ax.set_xscale("log")
         ax.set_xticks(sorted(here["epsilon"].unique()))
         ax.get_xaxis().set_major_formatter(ScalarFormatter())
