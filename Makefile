@@ -154,6 +154,7 @@ fig-adult-fnr: install
 # idle machine: the figure targets above load every core)
 table-step-time: install
 	$(BIN)/fairbench bench --fits --out results/figures/table-step-time
+	cp results/figures/table-step-time/step_time.csv fairbench/runner/step_time.csv
 
 fig-credit-parkinsons: install
 	$(BIN)/fairbench run fig-credit-parkinsons --out results/figures/fig-credit-parkinsons $(if $(WORKERS),--workers $(WORKERS))

@@ -143,3 +143,16 @@ def test_a_rate_tolerance_of_one_or_more_is_named_as_never_binding():
         "method raco-dp: knob gamma = 5 never binds (demographic_parity compares rates in [0, 1]), "
         "so those trials run unconstrained; use values below 1"
     ]
+
+
+def test_the_step_times_ship_with_the_package_as_the_committed_table():
+    """Preflight's time estimates read the package's copy of the bench table (so a wheel
+    install has them); `make table-step-time` refreshes both, and they never drift."""
+    from pathlib import Path
+
+    from fairbench.runner.preflight import STEP_TIMES, step_milliseconds
+
+    committed = Path(__file__).resolve().parent.parent / "results/figures/table-step-time"
+    assert STEP_TIMES.read_bytes() == (committed / "step_time.csv").read_bytes()
+    times = step_milliseconds()
+    assert {"dp-sgd", "raco-dp"} <= set(times) and all(ms > 0 for ms in times.values())

@@ -26,7 +26,8 @@ from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.session import Guarantee, planned_releases
 from fairbench.runner.trial import TrialSpec, load_task
 
-STEP_TIMES = Path(__file__).resolve().parents[2] / "results/figures/table-step-time/step_time.csv"
+# package data: a copy of results/figures/table-step-time/step_time.csv (make table-step-time)
+STEP_TIMES = Path(__file__).resolve().parent / "step_time.csv"
 
 
 @dataclass(frozen=True)
@@ -208,8 +209,8 @@ def _seed_warnings(seeds: list[int]) -> list[str]:
 
 
 def step_milliseconds() -> dict[str, float]:
-    """Median ms per step by method from the committed bench table (Adult, CPU); empty when
-    the table is absent (an installed package without the repository's results)."""
+    """Median ms per step by method from the bench table shipped with the package (Adult,
+    CPU); empty when it is absent."""
     if not STEP_TIMES.is_file():
         return {}
     import pandas as pd
