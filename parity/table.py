@@ -271,7 +271,8 @@ def _settings(meta: dict[str, Any]) -> list[str]:
             base = min(earlier, key=lambda e: len(_changes(e[1], hp)), default=None)
             if base is not None and len(_changes(base[1], hp)) <= 3:
                 changes = json.dumps(_changes(base[1], hp), sort_keys=True)
-                lines.append(f"  fairbench{name}: as `{base[0]}` with `{changes}`.")
+                like = f"fairbench ({base[0]})" if base[0] else "fairbench"
+                lines.append(f"  fairbench{name}: as `{like}` with `{changes}`.")
             else:
                 lines.append(f"  fairbench{name}: `{json.dumps(hp, sort_keys=True)}`.")
             earlier.append((variant, hp))
@@ -634,8 +635,12 @@ the others are noted:
    that release is in fairbench's plan and ledger, so the step count drops by at most one).
 3. **Padding.** Their Poisson batches are padded (x = y = z = 0 rows) or truncated to a fixed
    size (307 at B = 256) and `number_of_samples` is the padded size, so the padding rows are not
-   masked: they add bias gradients and count in the histogram. fairbench draws exact Poisson
-   batches.
+   masked. A padding row adds nothing to the histogram (counts are predictions times z) nor to
+   the cross-entropy (its one-hot label is zero), but its z = 0 puts it in every group's "other
+   groups" term of the Lagrangian (training/loss.py: OUT = 1 - z), so about 51 rows per step
+   push the bias by λ / N_≠z each. fairbench draws exact Poisson batches; no switch reproduces
+   this (the number of padding rows moves with a neighbouring record, so it is not DP as
+   accounted).
 4. **Temperature.** Their logits are multiplied by the temperature in the cross-entropy too;
    fairbench tempers only the rates' softmax (no effect at temperature 1, the setting here).
 5. **Accounting.** Their PLD composes separately Poisson-subsampled Gaussian and Laplace
