@@ -25,6 +25,7 @@ import pandas as pd
 from dp_accounting import dp_event
 
 from fairbench.datasets import get_dataset
+from fairbench.datasets.parkinsons import VOICE
 from fairbench.methods import get_method
 from fairbench.methods.trial import FairnessSpec
 from fairbench.privacy import PrivacyBudget, epsilon
@@ -32,27 +33,8 @@ from fairbench.privacy.events import sgd_steps
 from fairbench.task import Provenance, Split, Task
 from parity import protocol
 
-INPUTS = (
-    "age",
-    "test_time",
-    "motor_UPDRS",
-    "Jitter(%)",
-    "Jitter(Abs)",
-    "Jitter:RAP",
-    "Jitter:PPQ5",
-    "Jitter:DDP",
-    "Shimmer",
-    "Shimmer(dB)",
-    "Shimmer:APQ3",
-    "Shimmer:APQ5",
-    "Shimmer:APQ11",
-    "Shimmer:DDA",
-    "NHR",
-    "HNR",
-    "RPDE",
-    "DFA",
-    "PPE",
-)
+# the authors' processed columns: age, test time and motor UPDRS, then the voice measures
+INPUTS = ("age", "test_time", "motor_UPDRS", *VOICE)
 GROUPS = ("Male", "Female")  # the processed file's values of sex 0 and 1
 
 

@@ -376,6 +376,37 @@ def run_raco(a: argparse.Namespace) -> list[dict]:
     return results
 
 
+def port_result(
+    method: str,
+    r: dict[str, Any],
+    setting: str,
+    knob: float,
+    seed: int,
+    delta: float,
+    split: dict,
+    hp: dict[str, Any],
+    extra: dict[str, Any],
+) -> dict:
+    """The result file of one fairbench run (`fairbench_side.run_port`'s output `r`)."""
+    return protocol.make_result(
+        method=method,
+        implementation="fairbench",
+        setting=setting,
+        knob=knob,
+        seed=seed,
+        steps=r["steps"],
+        sampling_rate=r["sampling_rate"],
+        delta=delta,
+        epsilon={"fairbench": r["epsilon"]},
+        test_error=r["test_error"],
+        test_gap=r["test_gap"],
+        wall_seconds=r["wall_seconds"],
+        sizes={p: len(split["rows"][p]) for p in protocol.PARTS},
+        settings=hp,
+        extra={**extra, **{k: r[k] for k in ("info", "noise", "notion", "lambda")}},
+    )
+
+
 def raco_port(
     mine: Path,
     setting: str,
@@ -401,29 +432,7 @@ def raco_port(
         protocol.write_predictions(
             preds, split["rows"]["test"], task.test.y, task.test.s, r["pred"]
         )
-        extra = {
-            "info": r["info"],
-            "noise": r["noise"],
-            "notion": r["notion"],
-            "lambda": r["lambda"],
-        }
-        result = protocol.make_result(
-            method="raco-dp",
-            implementation="fairbench",
-            setting=setting,
-            knob=knob,
-            seed=seed,
-            steps=r["steps"],
-            sampling_rate=r["sampling_rate"],
-            delta=RACO_DELTA,
-            epsilon={"fairbench": r["epsilon"]},
-            test_error=r["test_error"],
-            test_gap=r["test_gap"],
-            wall_seconds=r["wall_seconds"],
-            sizes={p: len(split["rows"][p]) for p in protocol.PARTS},
-            settings=hp,
-            extra=extra,
-        )
+        result = port_result("raco-dp", r, setting, knob, seed, RACO_DELTA, split, hp, {})
         protocol.write_json(mine, result)
         progress(f"fairbench {mine.stem}: {r['wall_seconds']:.0f} s")
     result = protocol.read_result(mine)
@@ -503,29 +512,9 @@ def run_fermi(a: argparse.Namespace) -> list[dict]:
                             task.test.s,
                             r["pred"],
                         )
-                        result = protocol.make_result(
-                            method="dp-fermi",
-                            implementation="fairbench",
-                            setting=setting.name,
-                            knob=knob,
-                            seed=k,
-                            steps=r["steps"],
-                            sampling_rate=r["sampling_rate"],
-                            delta=delta,
-                            epsilon={"fairbench": r["epsilon"]},
-                            test_error=r["test_error"],
-                            test_gap=r["test_gap"],
-                            wall_seconds=r["wall_seconds"],
-                            sizes={p: len(split["rows"][p]) for p in protocol.PARTS},
-                            settings=hp,
-                            extra={
-                                "variant": variant,
-                                "variant_index": v,
-                                "info": r["info"],
-                                "noise": r["noise"],
-                                "notion": r["notion"],
-                                "lambda": r["lambda"],
-                            },
+                        variant_of = {"variant": variant, "variant_index": v}
+                        result = port_result(
+                            "dp-fermi", r, setting.name, knob, k, delta, split, hp, variant_of
                         )
                         protocol.write_json(mine, result)
                         progress(f"fairbench {tag} ({variant}) seed {k}: {r['wall_seconds']:.0f} s")
