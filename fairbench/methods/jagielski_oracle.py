@@ -178,7 +178,7 @@ def learner_costs(
     own = signed / p_eg  # (T, E, groups)
     label_event = events.argmax(dim=0)  # (2,): each label's event
     constraint = per_event[:, label_event].unsqueeze(1) - own[:, label_event].transpose(1, 2)
-    error = torch.tensor([-1.0, 1.0], device=counts.device)  # 2y - 1
+    error = torch.arange(2, device=counts.device) * 2.0 - 1  # 2y - 1, made on the device
     sw = (error + constraint).contiguous()  # (T, groups, 2)
     normaliser = counts.sum(dim=(1, 2)) / (counts * sw.abs()).sum(dim=(1, 2)).clamp(min=1e-12)
     return sw.abs() * normaliser.view(-1, 1, 1), (sw > 0).long(), normaliser

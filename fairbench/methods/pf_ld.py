@@ -143,11 +143,16 @@ class Layout:
         return self.n_cells * self.n_groups
 
     @property
-    def scores(self) -> list[int]:
-        """The columns of a histogram row that are scores s (the rest only count)."""
+    def scores(self) -> slice:
+        """The columns of a histogram row that are scores s (the rest only count): a slice, so
+        that reading them on a GPU copies no index from the host."""
         if self.constraint == "accuracy_parity":
-            return [0]
-        return [1] if self.n_classes == 2 else list(range(self.n_classes))
+            return slice(0, 1)
+        return slice(1, 2) if self.n_classes == 2 else slice(0, self.n_classes)
+
+    @property
+    def n_scores(self) -> int:
+        return self.scores.stop - self.scores.start
 
     @property
     def width(self) -> int:
@@ -227,7 +232,7 @@ class Dual:
         """`alpha` (T,); `counts` (T, cells, groups): the noisy, floored counts."""
         self.layout, self.lr, self.cap = layout, lr_dual, lambda_max
         self.alpha = alpha.view(-1, 1, 1, 1)
-        shape = (*counts.shape, len(layout.scores))
+        shape = (*counts.shape, layout.n_scores)
         self.lam = torch.zeros(shape, device=counts.device)
         self.gate = torch.zeros(shape, device=counts.device)
         self.gap = torch.zeros(shape, device=counts.device)

@@ -10,7 +10,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-LIBRARIES = ("torch", "opacus", "dp-accounting", "numpy", "pandas", "scipy")
+import torch
+
+LIBRARIES = ("opacus", "dp-accounting", "numpy", "pandas", "scipy")
 
 
 def _version(distribution: str) -> str | None:
@@ -43,6 +45,9 @@ def environment() -> dict[str, Any]:
         "git_commit": commit,
         "git_dirty": None if status is None else bool(status),
         "python": platform.python_version(),
+        # torch's own version string: its build tag (+cpu, +cu130) is missing from some
+        # installs' package metadata, and which build ran matters for reproducing a number
+        "torch": torch.__version__,
         **{name: _version(name) for name in LIBRARIES},
         "machine": platform.machine(),
         "system": platform.system(),
