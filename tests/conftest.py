@@ -1,5 +1,6 @@
-"""Shared fixtures. Real data comes from $FAIRBENCH_DATA (CI: ../shared/datasets); tests that
-need it are skipped where it is absent. Nothing here downloads."""
+"""Shared fixtures and markers. Real data comes from $FAIRBENCH_DATA (CI: ../shared/datasets):
+a test that reads a real file says which with `@pytest.mark.data("adult/adult.data", ...)` and is
+skipped where one is absent (`-m "not data"` deselects them all). Nothing here downloads."""
 
 from __future__ import annotations
 
@@ -21,7 +22,24 @@ def _shared_data() -> Path | None:
 
 
 SHARED_DATA = _shared_data()
-needs_adult = pytest.mark.skipif(SHARED_DATA is None, reason="real Adult files not present")
+ADULT_FILES = ("adult/adult.data", "adult/adult.test")
+needs_adult = pytest.mark.data(*ADULT_FILES)
+
+
+def present(path: str) -> bool:
+    """Whether the real data folder holds `path` (relative to it)."""
+    return SHARED_DATA is not None and (SHARED_DATA / path).is_file()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that use `adult_copy` read the real Adult files; every `data` test is skipped where a
+    file it names is absent."""
+    for item in items:
+        if "adult_copy" in getattr(item, "fixturenames", ()):
+            item.add_marker(needs_adult)
+        missing = [f for mark in item.iter_markers("data") for f in mark.args if not present(f)]
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=f"real data file absent: {missing[0]}"))
 
 
 @pytest.fixture(autouse=True)
@@ -35,9 +53,8 @@ def _data_env(monkeypatch):
 
 @pytest.fixture
 def adult_copy(tmp_path) -> Path:
-    """A writable copy of the Adult files under a temporary data root."""
-    if SHARED_DATA is None:
-        pytest.skip("real Adult files not present")
+    """A writable copy of the Adult files under a temporary data root (marked `data`)."""
+    assert SHARED_DATA is not None  # skipped at collection otherwise
     (tmp_path / "adult").mkdir()
     for name in ("adult.data", "adult.test"):
         shutil.copy(SHARED_DATA / "adult" / name, tmp_path / "adult" / name)

@@ -205,7 +205,7 @@ class Game:
 
 def component(model: nn.Module) -> nn.Module:
     """A frozen copy of `model` alone: a stacked model's parameters are views into the stack,
-    and deep-copying a parameter clones just its own data (checked in tests/test_stacking.py)."""
+    and deep-copying a parameter clones just its own data (tests/methods/test_stacking.py)."""
     return copy.deepcopy(model)
 
 

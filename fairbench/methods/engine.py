@@ -15,7 +15,7 @@ epsilon) run as one program, each with its own task, session (plan, ledger, Pois
 noise streams), parameters and dual variables; one trial alone is a stack of one.
 `StackedData` gathers the T Poisson batches into one padded block;
 `fairbench.privacy.stacked` hands each trial's statistic to its own mechanism. A trial's
-result is its result alone up to float32 reduction order (tests/test_stacking.py).
+result is its result alone up to float32 reduction order (tests/methods/test_stacking.py).
 """
 
 from __future__ import annotations

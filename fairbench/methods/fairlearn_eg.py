@@ -13,7 +13,7 @@ privacy budget and runs once per knob and seed, like `erm` and `sgda`.
   `false_negative_rate` (an absolute FNR bound) has no fairlearn counterpart and is refused,
   as are declared constraint sets and non-binary tasks.
 - `eps` (fairlearn's, which only sets the multiplier bound B = 1/eps) defaults to the knob,
-  as the CGOO-vs-fairlearn test in tests/test_cgoo.py does.
+  as the CGOO-vs-fairlearn test in tests/methods/test_cgoo.py does.
 - Linear only: the base estimator is scikit-learn's LogisticRegression (`model: logistic`),
   the reference model class of the method papers, and each mixture component is exported as
   its linear rule (`LinearRule`). EG's reduction would accept any scikit-learn classifier that

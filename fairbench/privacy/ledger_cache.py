@@ -26,7 +26,7 @@ form self-composes each round once). The order is the session's (`session.ledger
 Poisson-sampled rounds first, then full-data releases, each part by group (shared first) and
 text. Ledgers as the sessions of DP-SGD, RaCO-DP, DP-FERMI, CGOO and DPNoSE write them are
 their own normal form, so their figures are bit-identical to `PrivacyLedger.epsilon` and
-`check_ledger` on them (tests/test_ledger_cache.py); DPSE's session writes its full-data
+`check_ledger` on them (tests/privacy/test_ledger_cache.py); DPSE's session writes its full-data
 rounds stage by stage, and its normal form differs in the last bits (1e-15 relative,
 measured). Labels are not in the key: they name releases and do not change their accounting.
 

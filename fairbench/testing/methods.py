@@ -35,8 +35,9 @@ DELTA = 1e-5
 DEFAULT_KNOB = 0.1  # the knob value of the contract fits: inside every built-in knob's range
 # Knob smoke test: the strict fit's training violation (the constraint's gap; for a bounded
 # group loss, the worst group's bounded loss) may exceed the loose fit's by this much. With
-# tests/test_testing.py's tiny fits no built-in's strict fit is above its loose one (a knob with
-# no effect yet gives equal values); sgda's knob wired backwards shows +0.19 on `synthetic`.
+# tests/contract/test_testing.py's tiny fits no built-in's strict fit is above its loose one (a
+# knob with no effect yet gives equal values); sgda's knob wired backwards shows +0.19 on
+# `synthetic`.
 KNOB_TOLERANCE = 0.05
 UNKNOWN_KEY = "surely_not_a_hyperparameter"
 REQUIRED_METRICS = ("error", "violation", "predictions_sha256", "rate_constraints")

@@ -23,8 +23,8 @@ from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.pld import SubstitutionSampledDpEvent
 from fairbench.privacy.session import Guarantee, PrivacyNotion, PrivacySession, canonical
 from fairbench.runner.trial import decisions
-from tests.clipping import ClippedGradients
 from tests.conftest import needs_adult
+from tests.methods.clipping import ClippedGradients
 
 EO, DP = "equalized_odds", "demographic_parity"
 SMALL = {"iterations": 3, "epochs": 0.5, "batch_size": 128}

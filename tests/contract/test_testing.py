@@ -24,8 +24,8 @@ from fairbench.runner.trial import TrialSpec, run_trial
 from fairbench.testing import check_adapter, check_method
 from fairbench.testing.__main__ import main
 from tests.conftest import REPO
-from tests.pums_fixture import write_pums
-from tests.test_session import LessNoise, Overspend  # the session tests' broken variants
+from tests.datasets.pums_fixture import write_pums
+from tests.privacy.test_session import LessNoise, Overspend  # the session tests' broken variants
 
 # (hyper-parameters, check_method options) small enough for a few seconds per method; knob
 # values (loose, strict) where the defaults from a method's Knob take longer to show

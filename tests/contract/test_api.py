@@ -20,7 +20,7 @@ import yaml
 import fairbench
 from fairbench.errors import CalibrationError, ConfigError, FairbenchError
 from tests.conftest import REPO
-from tests.test_runner import SMALL, read_results, without_timing, write_config
+from tests.runner.test_runner import SMALL, read_results, without_timing, write_config
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """The bad-input matrix: every case is one `error:` line on stderr naming the problem and its
 fix, exit status 2, and nothing written (every file under the test's directory unchanged).
 
-Config-file cases of `fairbench run` live in tests/test_runner.py (BAD_CONFIGS); these are the
-command-line, lifecycle and pre-flight ones. `BAD_INPUTS` is importable: the issue note's
+Config-file cases of `fairbench run` live in tests/runner/test_runner.py (BAD_CONFIGS); these
+are the command-line, lifecycle and pre-flight ones. `BAD_INPUTS` is importable: the issue note's
 table is printed from it.
 """
 

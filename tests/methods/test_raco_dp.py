@@ -16,8 +16,8 @@ from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.noise import FloatNoise
 from fairbench.privacy.session import PrivacySession
-from tests.clipping import ClippedGradients
 from tests.conftest import needs_adult
+from tests.methods.clipping import ClippedGradients
 
 
 @pytest.fixture(scope="module")

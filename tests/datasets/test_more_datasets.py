@@ -13,7 +13,13 @@ from fairbench.datasets.files import DataFile, fetch
 from fairbench.errors import DataError
 from tests.conftest import SHARED_DATA
 
-needs_data = pytest.mark.skipif(SHARED_DATA is None, reason="real data files not present")
+CREDIT = pytest.mark.data("credit/default_of_credit_card_clients.csv")
+CREDIT_BOTH = pytest.mark.data(
+    "credit/default_of_credit_card_clients.csv", "credit/default of credit card clients.csv"
+)
+PARKINSONS = pytest.mark.data("parkinsons/parkinsons_updrs.data")
+HEART = pytest.mark.data("heart/heart_disease_health_indicators_BRFSS2015.csv")
+LAWSCHOOL = pytest.mark.data("lawschool/law_data.csv")
 
 
 def all_rows(task):
@@ -27,7 +33,7 @@ def test_adapters_register():
     assert {"adult", "credit", "parkinsons", "heart", "lawschool", "synthetic"} <= set(registry())
 
 
-@needs_data
+@CREDIT
 def test_credit_matches_the_published_statistics():
     task = get_dataset("credit").load(seed=0)
     y, s = all_rows(task)
@@ -38,7 +44,7 @@ def test_credit_matches_the_published_statistics():
     assert "EDUCATION=0" not in task.feature_names  # undocumented codes merged into others
 
 
-@needs_data
+@CREDIT_BOTH
 def test_credit_reads_the_semicolon_export_and_verifies_values(tmp_path):
     (tmp_path / "credit").mkdir()
     verbatim = SHARED_DATA / "credit" / "default of credit card clients.csv"
@@ -67,7 +73,7 @@ def test_missing_columns_are_named(tmp_path):
         read_table(path, "toy", ["a", "c", "d"])
 
 
-@needs_data
+@PARKINSONS
 @pytest.mark.parametrize("split", ["rows", "subject"])
 def test_parkinsons_classification_uses_the_training_median(split):
     task = get_dataset("parkinsons", split=split).load(seed=1)
@@ -80,7 +86,7 @@ def test_parkinsons_classification_uses_the_training_median(split):
     assert get_dataset("parkinsons", drop_motor=True).load(1).n_features == 18
 
 
-@needs_data
+@PARKINSONS
 def test_parkinsons_subject_split_keeps_subjects_whole():
     raw = pd.read_csv(SHARED_DATA / "parkinsons" / "parkinsons_updrs.data")
     subjects, sex = raw["subject#"].to_numpy(), raw["sex"].to_numpy()
@@ -91,7 +97,7 @@ def test_parkinsons_subject_split_keeps_subjects_whole():
     assert 0.2 < len(parts[2]) / len(subjects) < 0.33
 
 
-@needs_data
+@HEART
 def test_heart_counts_and_subsample():
     task = get_dataset("heart").load(seed=0)
     y, s = all_rows(task)
@@ -103,7 +109,7 @@ def test_heart_counts_and_subsample():
     assert np.array_equal(small.train.X, again.train.X)
 
 
-@needs_data
+@LAWSCHOOL
 def test_lawschool_groups_tasks_and_merging():
     task = get_dataset("lawschool").load(seed=0)
     y, s = all_rows(task)
@@ -144,7 +150,7 @@ def test_landing_page_sources_say_where_to_get_the_file(tmp_path):
         fetch("heart", (page,), tmp_path)
 
 
-@needs_data
+@CREDIT
 def test_credit_workbook_path(tmp_path, monkeypatch):
     """No .xls writer is available here, so pandas.read_excel is replaced by the workbook's
     content (second header row as the column names); the reader's checks are what is tested."""

@@ -74,7 +74,7 @@ EXPENSIVE: dict[str, tuple[str, str]] = {
     ),
     "fairbench run configs/smoke.yaml --executor dask --workers 2 --out runs/dask": (
         "--dry-run",
-        "starts a Dask cluster; tests/test_runner.py runs one against the local executor",
+        "starts a Dask cluster; tests/runner/test_runner.py runs one against the local executor",
     ),
     "fairbench run configs/smoke.yaml --executor dask --scheduler tcp://127.0.0.1:8786": (
         "parse",

@@ -23,7 +23,7 @@ from fairbench.runner.config import expand, parse_config
 from tests.conftest import SHARED_DATA
 
 COMPAS = (SHARED_DATA or Path("/nonexistent")) / "compas" / "compas-scores-two-years.csv"
-needs_compas = pytest.mark.skipif(not COMPAS.is_file(), reason="COMPAS file not present")
+needs_compas = pytest.mark.data("compas/compas-scores-two-years.csv")
 # outcome columns of COMPAS: recorded after the fact, they give the label away
 COMPAS_OUTCOMES = [
     "is_recid",

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from fairbench.models import MLP, LogisticRegression
 from fairbench.models.grad_sample import CrossEntropy
-from tests.clipping import ClippedGradients
+from tests.methods.clipping import ClippedGradients
 
 
 def _model(cls, *args):

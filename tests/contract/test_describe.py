@@ -19,7 +19,7 @@ from fairbench.methods.raco_dp import RaCODPHparams
 from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import PrivacyBudget
 from tests.conftest import needs_adult
-from tests.test_testing import TINY
+from tests.contract.test_testing import TINY
 
 METHOD_KEYS = {
     "kind",

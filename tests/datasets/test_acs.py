@@ -6,7 +6,7 @@ import pytest
 import fairbench.datasets.acs as acs_module
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError, DataError
-from tests.pums_fixture import write_pums
+from tests.datasets.pums_fixture import write_pums
 
 
 @pytest.fixture

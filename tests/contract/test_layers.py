@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "fairbench"
+ROOT = Path(__file__).resolve().parents[2] / "fairbench"
 
 # Lowest first: a subpackage may import from its own layer or below, never from above.
 LAYERS = [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-BASELINE = Path(__file__).resolve().parent.parent / "results" / "baselines" / "ci-regression.json"
+BASELINE = Path(__file__).resolve().parents[2] / "results" / "baselines" / "ci-regression.json"
 
 
 @pytest.fixture(scope="module")

@@ -14,18 +14,14 @@ from fairbench.datasets.files import DataFile
 from fairbench.datasets.german import German
 from fairbench.datasets.german import read_raw as read_german
 from fairbench.errors import DataError
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, present
 
 COMPAS_FILE = "compas/compas-scores-two-years.csv"
 GERMAN_FILE = "german/german.data"
 
 
-def _present(path: str) -> bool:
-    return SHARED_DATA is not None and (SHARED_DATA / path).is_file()
-
-
-needs_compas = pytest.mark.skipif(not _present(COMPAS_FILE), reason="real COMPAS file absent")
-needs_german = pytest.mark.skipif(not _present(GERMAN_FILE), reason="real German file absent")
+needs_compas = pytest.mark.data(COMPAS_FILE)
+needs_german = pytest.mark.data(GERMAN_FILE)
 
 
 def all_rows(task):
@@ -121,8 +117,8 @@ def test_split_is_stratified_and_seeded(name, options):
 
 @pytest.mark.parametrize(("name", "path"), [("compas", COMPAS_FILE), ("german", GERMAN_FILE)])
 def test_corrupted_or_missing_file_is_one_error_line(name, path, tmp_path):
-    if not _present(path):
-        pytest.skip("real file absent")
+    if not present(path):
+        pytest.skip(f"real data file absent: {path}")
     copy = tmp_path / path
     copy.parent.mkdir()
     copy.write_bytes((SHARED_DATA / path).read_bytes().replace(b"1", b"2", 1))  # writable

@@ -15,7 +15,7 @@ from fairbench.models import LogisticRegression
 from fairbench.privacy import PrivacyBudget, epsilon
 from fairbench.privacy.contributions import clip_factors
 from fairbench.privacy.events import sgd_steps
-from tests.clipping import ClippedGradients
+from tests.methods.clipping import ClippedGradients
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from fairbench.report.tables import pareto_document, write_trials_csv
 from fairbench.rundir.store import finished_rows
 from fairbench.runner.trial import predictions_hash
 
-RESULTS = Path(__file__).resolve().parent.parent / "results" / "figures"
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "figures"
 
 
 def dp_constraints(gap: float, gamma: float) -> list[dict]:

@@ -22,7 +22,7 @@ from fairbench.runner.config import expand, parse_config
 from fairbench.runner.interrupt import Stopped, stop_on_signals
 from fairbench.runner.progress_display import PlainProgress, duration
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 SMALL = {
     "name": "small",

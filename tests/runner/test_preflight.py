@@ -11,7 +11,7 @@ from fairbench.errors import CalibrationError, ConfigError
 from fairbench.runner.config import expand, parse_config
 from fairbench.runner.overrides import apply_overrides
 from fairbench.runner.preflight import plan_at, preflight, smallest_feasible_epsilon
-from tests.test_bad_input import TINY, config
+from tests.contract.test_bad_input import TINY, config
 
 
 def specs_of(data):
@@ -152,7 +152,7 @@ def test_the_step_times_ship_with_the_package_as_the_committed_table():
 
     from fairbench.runner.preflight import STEP_TIMES, step_milliseconds
 
-    committed = Path(__file__).resolve().parent.parent / "results/figures/table-step-time"
+    committed = Path(__file__).resolve().parents[2] / "results/figures/table-step-time"
     assert STEP_TIMES.read_bytes() == (committed / "step_time.csv").read_bytes()
     times = step_milliseconds()
     assert {"dp-sgd", "raco-dp"} <= set(times) and all(ms > 0 for ms in times.values())
