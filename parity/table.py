@@ -595,7 +595,8 @@ def figures_markdown(stored: dict[str, Any], s: pd.DataFrame) -> list[str]:
         for r in park.itertuples()
     ]
     ours = s[s["implementation"] == "authors"]
-    lines = [
+    lines = [*baselines_markdown(f)]
+    lines += [
         "## What DP-FERMI's stored Figures hold",
         "",
         "Every `.pt` under the repository's `Figures/` (all in "
@@ -618,6 +619,54 @@ def figures_markdown(stored: dict[str, Any], s: pd.DataFrame) -> list[str]:
             "the stored points used other, unpublished hyper-parameters."
         )
     return [*lines, ""]
+
+
+# The field's baselines whose numbers DP-FERMI's repository stores (issue 37, item 3): the
+# stored method's name (FIGURE_SOURCES) and fairbench's port of it
+BASELINES = (
+    ("PF-LD (Tran et al. 2021b)", "`pf-ld`"),
+    ("DP-ERM mitigation (Tran et al. 2021a)", "`dp-erm-mitigation`"),
+    ("Jagielski et al. 2019 (in-processing)", "`jagielski-oracle` (`jagielski-post`: their "
+     "post-processing variant)"),
+)  # fmt: skip
+
+
+def baselines_markdown(f: pd.DataFrame) -> list[str]:
+    """Per baseline: what DP-FERMI's repository holds of it (the stored points of `f`), that
+    nothing of it can be run, and whether this harness has comparable numbers (it does not:
+    it runs fairbench's dp-fermi only)."""
+    rows = []
+    for method, port in BASELINES:
+        g = f[f["method"] == method]
+        held = (
+            "; ".join(
+                f"{kind} on {', '.join(sorted(set(h['dataset'])))}, ε "
+                f"{', '.join(sorted(set(h['epsilon']), key=_eps_key))} "
+                f"({len(h)} point{'' if len(h) == 1 else 's'})"
+                for kind, h in g.groupby("violation_kind")
+            )
+            or "nothing"
+        )
+        park = g[(g["dataset"] == "parkinsons") & (g["epsilon"] == "1")]
+        stored = f"{len(park)} (below)" if len(park) else "none"
+        rows.append([method, port, held, stored])
+    return [
+        "## The baselines DP-FERMI compares with: what exists of them",
+        "",
+        "DP-FERMI's repository (dp_fermi.py, args.py, dataloader.py, metrics.py, models.py, "
+        "the READMEs, Figures/plotting.py) holds no code for its three baselines: "
+        "`dp_fermi.py` trains DP-FERMI only, and `Figures/plotting.py` only loads their stored "
+        "summaries (`.pt`: per point an error and a violation, with a band over models for "
+        "some; no seeds, no hyper-parameters, no script that made them). None of them can be "
+        "run from it, so none was: their rows are stored results only. This harness runs "
+        "fairbench's `dp-fermi` alone, so it has no fairbench numbers for these baselines "
+        "(fairbench's ports of them are reconstructions, docs/methods.md).",
+        "",
+        markdown_table(
+            ["baseline", "fairbench's port", "stored in Figures/", "Parkinsons, ε = 1"], rows
+        ),
+        "",
+    ]
 
 
 def _eps_key(eps: str) -> float:

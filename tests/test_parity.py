@@ -259,9 +259,13 @@ def test_stored_figures_table():
     assert jag["violation"].tolist() == [0.1, 0.05] and set(jag["violation_kind"]) == {
         "equalized odds"
     }
-    assert "stored results only" in "\n".join(
-        table.figures_markdown(stored, table.summary(table.frame(results_fixture())))
-    )
+    text = "\n".join(table.figures_markdown(stored, table.summary(table.frame(results_fixture()))))
+    assert "stored results only" in text
+    baselines = {line.split(" | ")[0]: line for line in text.splitlines() if "| `" in line}
+    assert baselines["| PF-LD (Tran et al. 2021b)"].endswith("(1 point) | 1 (below) |")
+    assert baselines["| DP-ERM mitigation (Tran et al. 2021a)"].endswith("| nothing | none |")
+    jagielski = baselines["| Jagielski et al. 2019 (in-processing)"]
+    assert "equalized odds on adult, ε 0.5 (2 points) | none |" in jagielski
 
 
 def test_without_authors_the_harness_says_how_to_get_them(capsys):
