@@ -33,10 +33,19 @@ scale, so this plugin takes `laplace_scale` = 1/b (paper range: 2 to 10) and say
 tempered softmax is sigma_tau(z) = softmax(tau z), which tends to hard rates as tau grows.
 
 This follows the paper, not the authors' public code. A reading of that code found these
-departures, which are not repeated here (tests cover each):
-- Poisson batches padded or truncated to a fixed size. The padding makes the group masks
-  no-ops and roughly doubles the per-step sensitivity, which the accountant does not model.
-  Here batches are exact Poisson samples of varying size.
+departures, which are not repeated here by default (tests cover each):
+- Poisson batches padded with zero rows (x, label and group all 0) or truncated to a fixed
+  size, the smallest k with P(Poisson(B) <= k) >= 0.999 (307 at B = 256), and the padding
+  rows left unmasked. Such a row adds nothing to the histogram nor to the cross-entropy, but
+  the demographic-parity loss puts it in every group's "other groups" term, so each one adds
+  the clipped gradient of sum_k c_k sigma_tau(b)_k (b: the bias, c: every constraint's
+  other-groups coefficient) to the noisy sum. `batches: padded` reproduces this, truncation
+  included (a batch keeps its first records by index, as their boolean selection orders
+  them; demographic parity, logistic model). It is not DP as accounted: how many padding
+  rows a step adds moves with a neighbouring record, and truncation breaks the Poisson
+  analysis. So it is refused unless `parity_unaccounted: true`, which records a
+  `NonPrivateDpEvent` (epsilon_spent inf) and labels the row not accounted; the schedule is
+  still calibrated as for the Poisson batches.
 - One Laplace draw shared across predicted classes in the equalized-odds and FNR
   histograms, which is not DP as coded. Here every cell gets its own draw.
 - Group-size denominators noised once at the start and never accounted. Here every
@@ -45,6 +54,9 @@ departures, which are not repeated here (tests cover each):
   batch of its own, so the accountant's independent-batch model holds).
 - delta = 1e-4 in the code against 1e-5 in the paper. Here delta comes from the config
   (suite default 1e-5).
+- The temperature also in the cross-entropy (CE(tau z), training/loss.py). Here only the rates
+  are tempered. No switch: at tau = 1, their setting for the parity table, the two are the
+  same function, and the predictions (argmax z) never depend on tau.
 - The dual variable's axes swapped in the equalized-odds loss. Here one lambda per
   constraint, applied through the constraint's own terms.
 """
@@ -52,6 +64,7 @@ departures, which are not repeated here (tests cover each):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -59,11 +72,13 @@ import torch
 import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field, model_validator
+from scipy.stats import poisson
 
 from fairbench import constraints
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
+    Gathered,
     Outcome,
     Schedule,
     StackedData,
@@ -80,6 +95,7 @@ from fairbench.models.grad_sample import class_softmax, one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import PLAIN, StepShape
+from fairbench.privacy.contributions import clip_factors
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.sampling import poisson_batches
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums, laplace_histograms
@@ -124,6 +140,56 @@ class RateLagrangian:
         return grad + self.tau * soft * centred
 
 
+def padded_size(expected: float, alpha: float = 0.001) -> int:
+    """`batches: padded`'s fixed batch size: the smallest k with P(Poisson(expected) <= k)
+    >= 1 - alpha, found as the authors' code does (data/tabular.py, get_poisson_upper_bound)."""
+    k = max(0, math.floor(expected) - 1)  # the answer is at least the median, about `expected`
+    while poisson.cdf(k, expected) < 1 - alpha:
+        k += 1
+    return k
+
+
+def truncated(round_: StackedBatches, size: int) -> StackedBatches:
+    """`batches: padded`: each batch cut to its first `size` records (by index, the order of the
+    authors' boolean selection); the rows beyond are never read."""
+    if round_.index.shape[-1] <= size:
+        return round_
+    mask = None if round_.mask is None else round_.mask[:, :size]
+    sizes = None if round_.sizes is None else [min(b, size) for b in round_.sizes]
+    return replace(round_, index=round_.index[:, :size], mask=mask, sizes=sizes)
+
+
+def real_rows(rows: Gathered) -> torch.Tensor:
+    """Each batch's number of real records (T,), without reading a device's sizes."""
+    if rows.sizes is not None:
+        return torch.tensor(rows.sizes, device=rows.index.device)
+    if rows.mask is not None:
+        return rows.mask.sum(dim=-1)
+    return torch.full(rows.index.shape[:1], rows.index.shape[-1], device=rows.index.device)
+
+
+def outside_coefficients(
+    rates: constraints.TorchRates, lam: torch.Tensor, sizes: torch.Tensor
+) -> torch.Tensor:
+    """(T, K): the regularizer's coefficients of a record in no group, counted (as the authors'
+    OUT = 1 - z counts a zero row) in every "other groups" term of demographic parity, the
+    terms with negative weights: sum_j lam_j sum_{I in I_j, alpha < 0} alpha_{j,I,k} / |B∩I|."""
+    scaled = lam[..., rates.owner] / sizes
+    return (scaled.unsqueeze(-1) * rates.weights.clamp(max=0.0)).sum(dim=-2)
+
+
+def padding_sum(
+    bias: torch.Tensor, coef: torch.Tensor, temperature: float, clip: float, count: torch.Tensor
+) -> torch.Tensor:
+    """The bias gradient the authors' `count` unmasked padding rows add to the clipped sum (T, K):
+    a zero row's logits are the bias b and its cross-entropy is 0 (no label), so each adds
+    the gradient of sum_k coef_k sigma_tau(b)_k, clipped at `clip` like any record."""
+    soft = class_softmax(temperature * bias)
+    grad = temperature * soft * (coef - (coef * soft).sum(dim=-1, keepdim=True))
+    clipped = grad * clip_factors(grad.norm(dim=-1, keepdim=True), clip)
+    return count.to(grad.dtype).unsqueeze(-1) * clipped
+
+
 def frozen_counts(q: float, laplace_scale: float) -> dp_event.DpEvent:
     """`denominators: frozen`'s one release: Laplace part counts of one Poisson batch."""
     return dp_event.PoissonSampledDpEvent(q, dp_event.LaplaceDpEvent(laplace_scale))
@@ -148,6 +214,11 @@ class SGDAHparams(TrainingHparams):
         "hard", description="rates the dual update reads: tempered softmax or argmax (Appendix E.4)"
     )
     min_count: float = Field(1.0, gt=0, description="public floor for histogram denominators")
+    batches: Literal["poisson", "padded"] = Field(
+        "poisson",
+        description="poisson: exact Poisson batches; padded: the authors' batches padded with "
+        "unmasked zero rows or truncated to a fixed size (raco-dp: needs parity_unaccounted)",
+    )
     denominators: Literal["per-step", "frozen"] = Field(
         "per-step",
         description="per-step: group sizes read from each step's histogram; frozen: noisy "
@@ -165,6 +236,7 @@ DEFAULT_NOISE_MULTIPLIER = 4.0
 HISTOGRAM = "raco-dp: Laplace prediction histogram"
 DENOMINATORS = "raco-dp: Laplace part counts of one batch, frozen (denominators: frozen)"
 GRADIENT = "raco-dp: Gaussian sum of clipped Lagrangian gradients"
+UNACCOUNTED = "raco-dp: not accounted (parity_unaccounted: the authors' padded batches)"
 
 
 class RaCODPHparams(SGDAHparams):
@@ -187,6 +259,11 @@ class RaCODPHparams(SGDAHparams):
     )
     noise_multiplier: float | None = Field(None, gt=0, description="default 4 when fixed")
     laplace_scale: float = Field(5.0, gt=0, description="Laplace scale, the paper's 1/b")
+    parity_unaccounted: bool = Field(
+        False,
+        description="run batches: padded in a private run: the row is labelled not accounted "
+        "and its epsilon_spent is inf",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -200,6 +277,20 @@ class RaCODPHparams(SGDAHparams):
         check_one_free_quantity(self)
         if not math.isfinite(self.clip_norm):
             raise ValueError("raco-dp needs a finite clip_norm")
+        return self
+
+    @model_validator(mode="after")
+    def _unaccounted_switch_is_labelled(self):
+        """batches: padded is not DP as the suite accounts it: refused unless
+        parity_unaccounted says so (raco-dp runs are always private)."""
+        if self.batches == "padded" and not self.parity_unaccounted:
+            raise ValueError(
+                "batches: padded (the authors' choice) is not DP as the suite accounts it; set "
+                "parity_unaccounted: true to run it anyway, labelled not accounted, with "
+                "epsilon_spent inf"
+            )
+        if self.parity_unaccounted and self.batches != "padded":
+            raise ValueError("parity_unaccounted: true goes with batches: padded")
         return self
 
 
@@ -235,20 +326,31 @@ class SGDA(Method):
         """The histogram's Laplace scale (0: exact histograms)."""
         return 0.0
 
+    def unaccounted(self) -> bool:
+        """The trial runs an authors' choice the suite does not account (`parity_unaccounted`)."""
+        return False
+
     def plan(
         self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
     ) -> Plan:
         """Per step a Laplace histogram and a Gaussian gradient sum on one Poisson batch."""
+        hp = self.hparams
+        if hp.batches == "padded":
+            check_padded(hp, fairness)
         schedule = self.schedule(shape.n, target)
         ledger = PrivacyLedger()
         laplace = self.laplace_scale()
         if self.private:
             q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
             ledger.record(f"{HISTOGRAM} + {GRADIENT}", sgd_steps(q, sigma, steps, laplace))
-            if self.hparams.denominators == "frozen":
+            if hp.denominators == "frozen":
                 ledger.record(DENOMINATORS, frozen_counts(q, laplace))
+            if self.unaccounted():
+                ledger.record(UNACCOUNTED, dp_event.NonPrivateDpEvent())
         budget = schedule.budget(**({"laplace": laplace} if self.private else {}))
-        info = {**schedule.info(), "laplace_scale": laplace, "clip_norm": self.hparams.clip_norm}
+        info = {**schedule.info(), "laplace_scale": laplace, "clip_norm": hp.clip_norm}
+        if hp.batches == "padded":
+            info["padded_batch"] = padded_size(expected_batch(schedule, shape.n))
         return Plan(ledger, schedule, budget=budget, info=info)
 
     def stackable(self) -> bool:
@@ -290,10 +392,16 @@ class SGDA(Method):
         frozen = None
         if hp.denominators == "frozen":
             frozen = self._frozen_sizes(trials, data, part, n_parts, rates, schedule)
+        pad = padded_size(scale) if hp.batches == "padded" else None
+        if self.unaccounted():  # the release that makes each trial's epsilon inf
+            for t in trials:
+                t.session.unaccounted(UNACCOUNTED)
 
         def step(round_: StackedBatches) -> None:
-            batches = round_.batches
             nonlocal lam
+            if pad is not None:
+                round_ = truncated(round_, pad)
+            batches = round_.batches
             rows = data.gather(round_)
             xb, yb, pb = rows.rows(data.x), rows.rows(data.y), rows.rows(part)
             logits = stack.logits(xb)
@@ -305,7 +413,13 @@ class SGDA(Method):
             per_record = torch.gather(coef, 1, pb.unsqueeze(-1).expand(-1, -1, coef.shape[-1]))
             loss = RateLagrangian(yb, per_record, hp.temperature, soft)
             contributions = stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
-            stack.descend(gaussian_sums(gradient_sums, contributions, batches), hp.lr / scale)
+            sums = gaussian_sums(gradient_sums, contributions, batches)
+            if pad is not None:  # added after the (additive) noise: the same sum
+                outside = outside_coefficients(rates, lam, sizes) * scale
+                count = pad - real_rows(rows)
+                bias = padding_sum(stack.bias, outside, hp.temperature, hp.clip_norm, count)
+                sums = [sums[0], sums[1] + bias]
+            stack.descend(sums, hp.lr / scale)
             values = rates.values(hist, sizes)
             if hp.dual_update == "clipped":
                 values = values.clamp(0.0, 1.0)
@@ -313,9 +427,13 @@ class SGDA(Method):
             lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
 
         def outcomes() -> list[Outcome]:
+            qualified = {}
+            if self.unaccounted():
+                notion = f"{self.guarantee().label} (not accounted: padded batches)"
+                qualified = {"privacy_notion": notion, "target_accounting": "not accounted"}
             return [
                 Outcome({"gamma": t.fairness.knob, "n_constraints": sets[0].n_constraints,
-                         "lambda": row})
+                         "lambda": row}, **qualified)
                 for t, row in zip(trials, lam.cpu().tolist(), strict=True)
             ]  # fmt: skip
 
@@ -360,3 +478,18 @@ class RaCODP(SGDA):
 
     def laplace_scale(self) -> float:
         return self.hparams.laplace_scale
+
+    def unaccounted(self) -> bool:
+        return self.hparams.parity_unaccounted
+
+
+def check_padded(hp: SGDAHparams, fairness: FairnessSpec) -> None:
+    """`batches: padded` reproduces the authors' demographic-parity loss on their logistic
+    model (a zero row's logits are the bias): refuse anything else with one line."""
+    if fairness.constraint != "demographic_parity" or fairness.definition is not None:
+        raise ConfigError(
+            "batches: padded reproduces the authors' demographic-parity loss; constraint "
+            f"{fairness.constraint!r} has no padding rows to reproduce"
+        )
+    if hp.model != "logistic":
+        raise ConfigError("batches: padded is the authors' logistic model: model: logistic")

@@ -222,3 +222,88 @@ def test_frozen_denominators_are_one_accounted_count_release(task):
         task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 0.05), 0
     )
     assert fitted.info["lambda"] != per_step.info["lambda"]
+
+
+def test_padded_size_is_the_authors_poisson_bound():
+    """Their get_poisson_upper_bound(n, B / n, 0.001): 307 at B = 256 (checked with their
+    scipy), the smallest k with P(Poisson(B) <= k) >= 0.999."""
+    assert raco.padded_size(256.0) == 307
+    assert raco.padded_size(0.5) == 4  # P(<= 3) = 0.99825, P(<= 4) = 0.99983
+
+
+def test_truncation_keeps_each_batchs_first_records():
+    index = torch.tensor([[3, 5, 8, 9], [1, 2, 0, 0]])
+    mask = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    round_ = raco.StackedBatches([], index, mask, [4, 2])
+    cut = raco.truncated(round_, 3)
+    assert cut.index.tolist() == [[3, 5, 8], [1, 2, 0]] and cut.sizes == [3, 2]
+    assert cut.mask.tolist() == [[True, True, True], [True, True, False]]
+    assert raco.truncated(round_, 4) is round_
+
+
+@pytest.mark.parametrize("clip", [1e3, 0.05])
+def test_padding_rows_push_the_bias_as_the_authors_zero_rows_do(clip):
+    """The authors' per-sample loss (training/loss.py, demographic parity) on a zero row:
+    cross-entropy 0 (no label) and z = 0, so OUT = 1 - z puts it in every group's other-groups
+    term: B sum_{z,k} lam[k, z] (-1 / N_neq_z) softmax(tau b)_k, its gradient clipped at C.
+    Written here from their formula (autograd), against the port's closed form."""
+    torch.manual_seed(0)
+    n_groups, n_classes, tau, batch, pads = 3, 3, 2.0, 256.0, 4
+    cs = raco.constraints.build("demographic_parity", None, n_classes, n_groups, 0.1)
+    rates = raco.constraints.TorchRates(cs, torch.device("cpu"))
+    lam = torch.rand(1, cs.n_constraints)  # constraint j = z K + k: their lam[k, z]
+    counts = torch.rand(n_groups) * 80 + 10  # noisy group sizes
+    hist = counts.view(1, n_groups, 1) * torch.full((1, 1, n_classes), 1.0 / n_classes)
+    sizes = rates.sizes(hist, 1.0)
+    n_neq = counts.sum() - counts  # their N_neq_z
+    bias, weight = torch.randn(1, n_classes), torch.randn(n_classes, 5)
+    grads = []
+    for _ in range(pads):
+        w, b = weight.clone().requires_grad_(), bias[0].clone().requires_grad_()
+        z = torch.zeros(n_groups)
+        probs = torch.softmax(tau * (w @ torch.zeros(5) + b), dim=-1)
+        weights = z / counts - (1.0 - z) / n_neq
+        lagrangian = (lam.view(n_groups, n_classes) * weights[:, None] * probs[None, :]).sum()
+        (batch * lagrangian).backward()
+        assert w.grad.abs().max() == 0.0  # a zero row moves only the bias
+        grads.append(b.grad / max(b.grad.norm() / clip, 1.0))
+    outside = raco.outside_coefficients(rates, lam, sizes) * batch
+    ours = raco.padding_sum(bias, outside, tau, clip, torch.tensor([pads]))
+    assert torch.allclose(ours[0], torch.stack(grads).sum(dim=0), rtol=1e-5, atol=1e-7)
+    assert (ours.norm() < pads * clip * 0.99) == (clip > 1)  # the clip acts only at 0.05
+
+
+def test_padded_batches_are_refused_unless_declared_not_accounted(task):
+    with pytest.raises(ConfigError, match=r"batches: padded .* parity_unaccounted: true"):
+        get_method("raco-dp", batches="padded")
+    with pytest.raises(ConfigError, match="goes with batches: padded"):
+        get_method("raco-dp", parity_unaccounted=True)
+    padded = get_method("raco-dp", batch_size=256, batches="padded", parity_unaccounted=True)
+    with pytest.raises(ConfigError, match="demographic-parity loss"):
+        padded.fit(task, PrivacyBudget(1.0), FairnessSpec("equalized_odds", 0.05), 0)
+    mlp = get_method("raco-dp", model="mlp", batches="padded", parity_unaccounted=True)
+    with pytest.raises(ConfigError, match="model: logistic"):
+        mlp.fit(task, PrivacyBudget(1.0), FairnessSpec("demographic_parity", 0.05), 0)
+
+
+def test_padded_batches_run_labelled_not_accounted_and_move_the_model(task):
+    """The schedule is calibrated as for Poisson batches; the ledger adds one NonPrivateDpEvent,
+    so epsilon_spent is inf and the row says why. With lambda > 0 the padding rows change the
+    model; everything else (batches, noise) is drawn alike."""
+    spec, budget = FairnessSpec("demographic_parity", 0.01), PrivacyBudget(1.0)
+    fits = {
+        b: get_method("raco-dp", batch_size=256, dual_update="clipped", batches=b,
+                      parity_unaccounted=b == "padded").fit(task, budget, spec, 0)
+        for b in ("poisson", "padded")
+    }  # fmt: skip
+    poisson, padded = fits["poisson"], fits["padded"]
+    assert padded.info["steps"] == poisson.info["steps"] and padded.info["padded_batch"] == 307
+    accounted, marker = padded.ledger.entries
+    assert accounted == poisson.ledger.entries[0] and marker.label == raco.UNACCOUNTED
+    assert padded.ledger.epsilon(1e-5) == float("inf") and poisson.ledger.epsilon(1e-5) <= 1.0
+    assert padded.privacy_notion.endswith("(not accounted: padded batches)")
+    assert max(padded.info["lambda"]) > 0
+    assert not torch.equal(padded.model.linear.bias, poisson.model.linear.bias)
+    assert torch.equal(padded.model.linear.bias, get_method(
+        "raco-dp", batch_size=256, dual_update="clipped", batches="padded",
+        parity_unaccounted=True).fit(task, budget, spec, 0).model.linear.bias)  # fmt: skip

@@ -259,9 +259,13 @@ def test_stored_figures_table():
     assert jag["violation"].tolist() == [0.1, 0.05] and set(jag["violation_kind"]) == {
         "equalized odds"
     }
-    assert "stored results only" in "\n".join(
-        table.figures_markdown(stored, table.summary(table.frame(results_fixture())))
-    )
+    text = "\n".join(table.figures_markdown(stored, table.summary(table.frame(results_fixture()))))
+    assert "stored results only" in text
+    baselines = {line.split(" | ")[0]: line for line in text.splitlines() if "| `" in line}
+    assert baselines["| PF-LD (Tran et al. 2021b)"].endswith("(1 point) | 1 (below) |")
+    assert baselines["| DP-ERM mitigation (Tran et al. 2021a)"].endswith("| nothing | none |")
+    jagielski = baselines["| Jagielski et al. 2019 (in-processing)"]
+    assert "equalized odds on adult, ε 0.5 (2 points) | none |" in jagielski
 
 
 def test_without_authors_the_harness_says_how_to_get_them(capsys):
@@ -323,3 +327,59 @@ def test_fermi_choices_table_reads_each_switch_both_ways():
     assert "| `ermi` | `first-group` | 0.0700 ± 0.0100 / 0.0300 ± 0.0200 | `full` |" in text
     assert "| (none) | - | 0.0500 ± 0.0100 / 0.0600 ± 0.0200 | - |" in text
     assert table.fermi_choices(s.iloc[:2]) == ""  # without those variants: no table
+
+
+def test_raco_variants_are_valid_ports_and_the_step_option_lands_on_the_authors_steps():
+    """Every fairbench variant of the RaCO-DP settings builds raco-dp once the harness option
+    `steps` is taken out; padded batches always come declared not accounted; and the target
+    `raco_target` gives makes `calibrate: steps` stop at the authors' 583 steps (n = 3855),
+    with and without the frozen count release, while fairbench's ledger reports more than 1."""
+    from fairbench.methods import get_method
+    from fairbench.methods.raco_dp import frozen_counts
+    from fairbench.privacy.accountant import PLAIN, StepShape, calibrate_steps
+
+    for setting in run.RACO_SETTINGS:
+        for hp in setting.fairbench.values():
+            hparams, target = run.raco_target(hp, 3855, 583)
+            get_method("raco-dp", **hparams)
+            assert hparams.get("parity_unaccounted", False) == (hp.get("batches") == "padded")
+            assert (hparams is hp) == (target == 1.0) == ("steps" not in hp)
+    variants = run.RACO_SETTINGS[0].fairbench
+    for name in ("authors' dual update, frozen denominators, their step count",
+                 "all the authors' choices"):  # fmt: skip
+        assert variants[name]["steps"] == run.AUTHORS_STEPS
+    for frozen in (False, True):
+        hp = {**run.IN_REGION_FAIRBENCH, "steps": run.AUTHORS_STEPS}
+        hp |= {"denominators": "frozen"} if frozen else {}
+        hparams, target = run.raco_target(hp, 3855, 583)
+        q = 256 / 3855
+        shape = StepShape(extra=frozen_counts(q, 10.0)) if frozen else PLAIN
+        assert calibrate_steps(q, 6.0, target, 1e-4, 10.0, shape) == 583
+        extra = [frozen_counts(q, 10.0)] if frozen else None
+        spent = fairbench_side.epsilon_of_schedule(q, 6.0, 583, 1e-4, 10.0, extra)
+        assert 1.0 < spent < target
+
+
+def test_raco_table_shows_the_variants_with_their_epsilons(tmp_path):
+    """Rows of the padded variants print ε inf, rows at the authors' step count their ε above 1
+    and steps 583; the γ table has a column for all the authors' choices."""
+    results = results_fixture()
+    for r in [r for r in results if r["implementation"] == "fairbench"]:
+        for index, (variant, eps) in enumerate(
+            [("all the authors' choices", float("inf")), ("their step count", 1.0081)], 4
+        ):
+            results.append({**r, "steps": 583, "epsilon": {"fairbench": eps, "authors": 0.9996},
+                            "extra": {**r["extra"], "variant": variant, "variant_index": index,
+                                      "lambda": [0.0, 1.5]}})  # fmt: skip
+    meta = {"settings": run.RACO_SETTINGS, "authors": run.RACO, "wall_seconds": 60.0}
+    table.write("raco-dp", results, tmp_path, meta)
+    text = (tmp_path / "raco-dp.md").read_text()
+    rows = {}  # the side-by-side rows (the paired table's come after them)
+    for line in text.splitlines():
+        if line.startswith("| in-"):
+            rows.setdefault(line.split(" | ")[2], line)
+    assert "| 583 | 0.9996 | inf |" in rows["fairbench (all the authors' choices)"]
+    assert "| 583 | 0.9996 | 1.0081 |" in rows["fairbench (their step count)"]
+    assert "| 574 | 0.9800 | 0.9990 |" in rows["fairbench"]
+    assert "test gap (all the authors' choices)" in text and "| 1.500 |" in text
+    assert '"steps": "the authors\'"' in text and '"batches": "padded"' in text
