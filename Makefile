@@ -13,7 +13,7 @@ ifneq ($(FAIRBENCH_DATA),)
 export FAIRBENCH_DATA
 endif
 
-.PHONY: install run test lint bench bench-figure audit report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
+.PHONY: install run test test-fast lint bench bench-figure audit report clean figures fig-adult-dp fig-adult-eo fig-adult-fnr \
 	fig-credit-parkinsons table-step-time \
 	table-datasets fig-multigroup fig-acs fig-dp-fermi fig-dpse tune-adult-dp
 
@@ -36,6 +36,10 @@ run: install
 
 test: install
 	$(SINGLE_THREADED) $(BIN)/python -m pytest -q -n auto
+
+# The suite without the tests marked slow (over ~10 s each): a quick check while editing.
+test-fast: install
+	$(SINGLE_THREADED) $(BIN)/python -m pytest -q -n auto -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .
