@@ -120,6 +120,7 @@ class TuningRow:
 COLUMNS = [f.name for f in fields(TuningRow)]
 _FLOATS = [f.name for f in fields(TuningRow) if f.type == "float"]
 _INTS = [f.name for f in fields(TuningRow) if f.type == "int"]
+_BOOLS = [f.name for f in fields(TuningRow) if f.type == "bool"]
 
 
 def write_table(layout: TuneLayout, rows: list[TuningRow]) -> None:
@@ -152,10 +153,11 @@ def read_table(layout: TuneLayout) -> pd.DataFrame:
                 f"{path}: row {i}: selection {record['selection']!r}, not one of "
                 f"{', '.join(SELECTION_RULES)}"
             )
-    frame = pd.DataFrame(records, columns=COLUMNS)
+    frame = pd.DataFrame(records, columns=COLUMNS, dtype=object)  # a missing label stays None
     try:
         frame[_FLOATS] = frame[_FLOATS].astype(float)
         frame[_INTS] = frame[_INTS].astype(int)
+        frame[_BOOLS] = frame[_BOOLS].astype(bool)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: not a tuning table (a number column holds {exc})") from None
     return frame
