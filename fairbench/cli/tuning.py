@@ -27,9 +27,11 @@ def tune(
     ] = False,
 ) -> None:
     """Equal-budget random search per method, selection on validation, the selected
-    configurations re-run on fresh seeds; writes selected/*.yaml (run configs) and tuning.md.
-    With `selection: private` in the config, tuning is paid for out of epsilon instead
-    (private selection; tuning.md, tuning.json and private/selections.json)."""
+    configurations re-run on fresh seeds; writes selected/*.yaml (run configs), tuning.md and
+    tuning.json (a row per selection and final seed). With `selection: private` in the
+    config, tuning is paid for out of epsilon instead (private selection; tuning.md,
+    tuning.json with a row per repeat, and private/selections.json: the analysis)."""
+    from fairbench.rundir.tuning import TuneLayout
     from fairbench.runner.execute import default_workers
     from fairbench.workflows.private_selection import run_private
     from fairbench.workflows.tune import (
@@ -65,24 +67,23 @@ def tune(
         exc.resume = f"fairbench tune {config} --out {out}"
         raise
     reached = table["selected"].notna().sum()
+    layout = TuneLayout(out)
     if private:
         console.print(
             f"{reached} of {len(table)} (method, target, ε) {spec.selection} "
-            f"selections released a model → {out / 'tuning.md'}; per repeat in "
-            f"{out / 'private' / 'selections.json'}"
+            f"selections released a model → {layout.notes}; per repeat in {layout.table}"
         )
     else:
         console.print(
             f"{reached} of {len(table)} (method, target, ε) selections reached their "
             f"target ({CHARGED_BY_COMPOSITION if charge_tuning else NOT_CHARGED}) → "
-            f"{out / 'tuning.md'}; run configs in "
-            f"{out / 'selected'}"
+            f"{layout.notes}; run configs in {layout.selected}"
         )
     infeasible = int(table.drop_duplicates(["dataset", "epsilon", "method"])["infeasible"].sum())
     if infeasible:
         console.print(
             f"{infeasible} drawn configurations could not be calibrated at their ε "
-            "(counted against their method's budget; see tuning.md)"
+            f"(counted against their method's budget; see {layout.notes.name})"
         )
     for line in failures:
         err_console.print(f"failed {line}")

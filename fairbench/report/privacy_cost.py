@@ -8,8 +8,9 @@ that tune selected on validation at tau, re-run on fresh seeds and evaluated onc
 method that no configuration brought within tau on validation has no row; the notes list it,
 so a missing line is never mistaken for a line nobody drew.
 
-It reads only what tune wrote under each output directory (tune.yaml, tuning.json, the search
-run and final/*), never re-running or re-selecting anything: the figure shows what tune chose.
+It reads only what tune wrote under each output directory (`rundir.tuning`: the tune config,
+the result table, the search run and the final runs), never re-running or re-selecting
+anything: the figure shows what tune chose.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import ci95, trials_frame
@@ -36,6 +36,7 @@ from fairbench.report.privacy_cost_notes import (
 )
 from fairbench.report.privacy_cost_plot import privacy_cost_figure
 from fairbench.rundir.store import finished_rows
+from fairbench.rundir.tuning import TuneLayout, read_table, read_tune_config
 
 COLUMNS = [
     "dataset",
@@ -66,6 +67,7 @@ SPREAD_COLUMNS = [
     "feasible_val_error_max",
 ]
 KEY = ["dataset", "model", "constraint", "tau", "method", "epsilon"]
+SELECTION_KEY = ["dataset", "constraint", "epsilon", "target", "method"]
 
 
 @dataclass
@@ -74,7 +76,7 @@ class TuneOutput:
 
     path: Path
     config: dict[str, Any]  # tune.yaml
-    selection: pd.DataFrame  # tuning.json: one row per (dataset, epsilon, target, method)
+    selection: pd.DataFrame  # the result table, one row per (dataset, epsilon, target, method)
     search: pd.DataFrame  # the search's trials (trials_frame)
     final: pd.DataFrame  # every final run's trials (trials_frame); empty if none
     datasets: dict[str, tuple[str, str]]  # tune's dataset name -> (key, title)
@@ -92,37 +94,32 @@ def dataset_key(name: str, options: dict[str, Any]) -> tuple[str, str]:
 
 def load_tune_output(path: Path) -> TuneOutput:
     """Read a tune output directory; one clear error when it is not one (or not finished)."""
-    path = Path(path)
-    config_file, table_file = path / "tune.yaml", path / "tuning.json"
-    if not config_file.is_file():
+    layout = TuneLayout(Path(path))
+    config = read_tune_config(layout)
+    table = read_table(layout)
+    if set(table["selection"]) != {"free"}:
         raise ConfigError(
-            f"{path} has no tune.yaml: give a `fairbench tune --out` directory "
-            "(tune writes tune.yaml since the privacy-cost figure)"
+            f"{path}: tuned by private selection; this figure reads `selection: free` outputs "
+            "(fig-tuning-cost reads private ones)"
         )
-    if not table_file.is_file():
-        raise ConfigError(f"{path} has no tuning.json yet: let `fairbench tune` finish first")
-    config = yaml.safe_load(config_file.read_text())
-    selection = pd.DataFrame(json.loads(table_file.read_text()))
-    # tuning.json writes the non-private epsilon (inf) as null
-    selection["epsilon"] = selection["epsilon"].astype(float).fillna(math.inf)
-    if "infeasible" not in selection:  # written before tune counted infeasible draws
-        selection["infeasible"] = 0
+    # a free selection is made once and re-run on every final seed: one row per choice
+    selection = table.drop_duplicates(SELECTION_KEY).reset_index(drop=True)
     datasets: dict[str, tuple[str, str]] = {}
     for entry in config["datasets"]:
         if entry["name"] in datasets:
             raise ConfigError(
-                f"{config_file}: two entries of dataset {entry['name']}; tune "
+                f"{layout.config}: two entries of dataset {entry['name']}; tune "
                 "selects by dataset name: give each its own tune config"
             )
         datasets[entry["name"]] = dataset_key(entry["name"], entry.get("options") or {})
-    finals = sorted(p for p in (path / "final").glob("*") if p.is_dir())
+    finals = sorted(p for p in layout.final.glob("*") if p.is_dir())
     final_rows = [row for run in finals for row in finished_rows(run, "draw")]
     methods = config["methods"]
     return TuneOutput(
-        path=path,
+        path=layout.root,
         config=config,
         selection=selection,
-        search=trials_frame(finished_rows(path / "search", "draw")),
+        search=trials_frame(finished_rows(layout.search, "draw")),
         final=trials_frame(final_rows) if final_rows else pd.DataFrame(),
         datasets=datasets,
         plugins={m.get("label") or m["name"]: m["name"] for m in methods},
@@ -149,7 +146,7 @@ def final_trials(tuned: TuneOutput, row: pd.Series) -> pd.DataFrame:
 
 def _selected_json(row: pd.Series, trials: pd.DataFrame) -> str:
     """The chosen configuration as JSON: its search label, knob and every hyperparameter, as
-    the final trials ran them (tuning.json's copy turns an infinite clip norm into null)."""
+    the final trials ran them (the result table's copy is the search's, as drawn)."""
     knob = None if row["knob"] is None or pd.isna(row["knob"]) else float(row["knob"])
     hparams = trials["hparams"].iloc[0]
     return json.dumps({"config": row["selected"], "knob": knob, **hparams}, sort_keys=True)

@@ -17,13 +17,12 @@ Beside the methods: the majority-class predictor (every test record gets the tra
 majority label), per repeat split. It has violation 0 under every rate constraint and needs no
 training, so a method whose error is not below it has learnt nothing worth its epsilon.
 
-It reads what tune wrote (tune.yaml, private/selections.json) and the datasets' splits for the
-reference; nothing is trained.
+It reads what tune wrote (`rundir.tuning`: the tune config and the result table, a row per
+repeat) and the datasets' splits for the reference; nothing is trained.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter, ScalarFormatter
@@ -45,6 +43,7 @@ from fairbench.report.figure import finish, legend_below, new_figure
 from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.palette import style
 from fairbench.report.privacy_cost import dataset_key
+from fairbench.rundir.tuning import TuneLayout, read_table, read_tune_config
 
 COLUMNS = [
     "dataset",
@@ -79,7 +78,7 @@ def majority_error(out: Path) -> tuple[str, float]:
     from fairbench.datasets import get_dataset
     from fairbench.errors import FairbenchError
 
-    config = yaml.safe_load((out / "tune.yaml").read_text())
+    config = read_tune_config(TuneLayout(out))
     entry = config["datasets"][0]
     options = entry.get("options") or {}
     key, _ = dataset_key(entry["name"], options)
@@ -97,46 +96,39 @@ def majority_error(out: Path) -> tuple[str, float]:
 def released_frame(out: Path) -> pd.DataFrame:
     """One row per (method, epsilon, target, repeat) of a tune output: the released
     candidate's test error and violation (NaN when the repeat released nothing)."""
-    config = yaml.safe_load((out / "tune.yaml").read_text())
+    layout = TuneLayout(out)
+    config = read_tune_config(layout)
     selection = config.get("selection", "free")
     if selection not in SELECTIONS:
         raise ConfigError(
             f"{out}: selection {selection!r}; fig-tuning-cost pairs `selection: private` with "
             "its `selection: uncharged` twin"
         )
-    path = out / "private" / "selections.json"
-    if not path.is_file():
-        raise ConfigError(f"{out}: no private/selections.json; run `fairbench tune` into it first")
     if len(config["datasets"]) != 1:
         raise ConfigError(f"{out}: fig-tuning-cost reads one dataset per tune output")
     entry = config["datasets"][0]
     key, _ = dataset_key(entry["name"], entry.get("options") or {})
-    rows = []
-    for record in json.loads(path.read_text()):
-        marked = any(
-            c.get("uses_sensitive_at_test") for r in record["repeats"] for c in r["candidates"]
-        )
-        for repeat in record["repeats"]:
-            for target, index in repeat["released"].items():
-                chosen = None if index is None else repeat["candidates"][index]
-                rows.append(
-                    {
-                        "dataset": key,
-                        "method": record["method"] + (SENSITIVE_MARK if marked else ""),
-                        "epsilon": record["epsilon"],
-                        "selection": SELECTIONS[selection],
-                        "tau": float(target),
-                        "repeat": repeat["repeat"],
-                        "count": repeat["count"],
-                        "test_error": math.nan if chosen is None else chosen["test_error"],
-                        "test_violation": math.nan if chosen is None else chosen["test_violation"],
-                        "candidate_epsilon": record["candidate_epsilon"],
-                        "total_epsilon": record["total_epsilon"],
-                        "accountant": record["accountant"] if selection == "private" else "",
-                        "left_out": record.get("left_out"),
-                    }
-                )
-    return pd.DataFrame(rows)
+    table = read_table(layout)
+    return pd.DataFrame(
+        {
+            "dataset": key,
+            "method": [
+                m + (SENSITIVE_MARK if marked else "")
+                for m, marked in zip(table["method"], table["uses_sensitive_at_test"], strict=True)
+            ],
+            "epsilon": table["epsilon"],
+            "selection": table["selection"].map(SELECTIONS),
+            "tau": table["target"],
+            "repeat": table["repeat"],
+            "count": table["candidates"],
+            "test_error": table["test_error"],
+            "test_violation": table["test_violation"],
+            "candidate_epsilon": table["candidate_epsilon"],
+            "total_epsilon": table["tuning_epsilon"],
+            "accountant": table["accountant"].fillna(""),
+            "left_out": table["left_out"],
+        }
+    )
 
 
 def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = None) -> pd.DataFrame:

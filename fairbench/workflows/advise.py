@@ -58,7 +58,8 @@ from fairbench.privacy.selection import ACCOUNTANT, PLD_NOTE, selection_curve
 from fairbench.privacy.session import PrivacySession
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.models import MODELS
-from fairbench.rundir.store import finished_rows
+from fairbench.rundir.store import ResultStore, finished_rows
+from fairbench.rundir.tuning import TuneLayout, read_analysis
 from fairbench.runner.execute import execute
 from fairbench.runner.trial import NOISE_SAMPLERS, SPLIT_SEED, TrialSpec
 from fairbench.streams import numpy_stream, seed_sequence
@@ -634,7 +635,7 @@ def _effort(comparison: Path) -> tuple[dict[str, float], dict[str, float]]:
     """Per method label: mean steps per candidate and total wall seconds of its candidates."""
     steps: dict[str, list[float]] = {}
     walls: dict[str, float] = {}
-    for store in sorted((comparison / "private").glob("*/results.sqlite")):
+    for store in sorted(TuneLayout(comparison).private.glob(f"*/{ResultStore.FILENAME}")):
         for row in finished_rows(store.parent, "comparison"):
             label = bare(row["label"]).rsplit("#", 1)[0]
             steps.setdefault(label, []).append(float(row["info"].get("steps") or math.nan))
@@ -703,8 +704,7 @@ def looking_cost(plan_: Plan, out: Path) -> dict[str, float]:
     release = selection_curve(plan_.budget.candidate_events(), plan_.joint.count)
     counts = rdp.rdp_curve(dp_event.LaplaceDpEvent(plan_.plan_counts_scale))
     comparison = np.zeros_like(release)
-    path = out / "comparison" / "private" / "selections.json"
-    for record in json.loads(path.read_text()) if path.is_file() else []:
+    for record in read_analysis(TuneLayout(out / "comparison")):
         score = dp_event.LaplaceDpEvent(record["score_laplace_scale"])
         events = [
             dp_event.ComposedDpEvent([PrivacyLedger.from_json(p).event, score])

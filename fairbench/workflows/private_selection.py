@@ -85,6 +85,13 @@ from fairbench.report import write_report
 from fairbench.report.aggregate import ci95
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.store import finished_rows
+from fairbench.rundir.tuning import (
+    TuneLayout,
+    TuningRow,
+    nan_if_none,
+    write_analysis,
+    write_table,
+)
 from fairbench.runner.config import expand
 from fairbench.runner.execute import execute
 from fairbench.runner.preflight import capture
@@ -449,10 +456,11 @@ def run_private(
     with `skip_uncalibratable`, such a method is left out with a warning instead,
     or under `uncalibratable: leave_out`, recorded as releasing nothing in every repeat),
     then train the candidates (OUT/private/<dataset>-eps<e>, resumable runs), select, and write
-    tune.yaml, private/selections.json (per method: law, K per repeat, budgets, the
-    costliest configuration's ledger, every distinct training plan and each configuration's
-    (`plan_of`); per repeat and target: every candidate's noisy score and the release),
-    tuning.json and tuning.md. Returns the summary and the failed trials."""
+    tune.yaml, the selection analysis (`TuneLayout.analysis`; per method: law, K per repeat,
+    budgets, the costliest configuration's ledger, every distinct training plan and each
+    configuration's (`plan_of`); per repeat and target: every candidate's noisy score and the
+    release), the result table (`result_rows`) and tuning.md. Returns the per-target summary
+    (tuning.md's) and the failed trials."""
     templates = candidate_templates(config, sample_configurations(config, config.support))
     if config.selection == "private":
         refuse_partial(templates.values())
@@ -556,7 +564,7 @@ def _run(config, out, picks, templates, budgets, workers, quiet) -> tuple[pd.Dat
     # trial id of the spec run here, never another configuration's row in the store
     rows: dict[tuple[str, float, str, int, int], dict] = {}
     for (dataset, eps), members in sorted(runs.items()):
-        run_dir = out / "private" / f"{dataset}-eps{eps:g}"
+        run_dir = TuneLayout(out).private_run(dataset, eps)
         done = execute([spec for _, spec in members.values()], run_dir, workers, quiet)
         key_of = {trial: key for trial, (key, _) in members.items()}
         for trial, error in done.failed:
@@ -578,12 +586,11 @@ def _run(config, out, picks, templates, budgets, workers, quiet) -> tuple[pd.Dat
         record = _select(config, dataset, eps, label, budget, picks[label], rows)
         records.append(record)
         summary += _summary_rows(config, record, budget)
-    (out / "private").mkdir(parents=True, exist_ok=True)
-    (out / "private" / "selections.json").write_text(json.dumps(records, indent=1))
+    layout = TuneLayout(out)
+    write_analysis(layout, records)
+    write_table(layout, [row for record in records for row in result_rows(config, record)])
     table = pd.DataFrame(summary)
-    records_json = table.to_json(orient="records", double_precision=15)  # NaN as null
-    (out / "tuning.json").write_text(json.dumps(json.loads(records_json), indent=1))
-    (out / "tuning.md").write_text(private_markdown(table, config))
+    layout.notes.write_text(private_markdown(table, config))
     return table, failures
 
 
@@ -714,8 +721,61 @@ def _check_ledger(row: dict, budget: MethodBudget) -> None:
         )
 
 
+def result_rows(config: TuneConfig, record: dict[str, Any]) -> list[TuningRow]:
+    """The result table's rows of one (dataset, epsilon, method)'s selection record: per
+    target and repeat, what the repeat released (NaN numbers where nothing), its K and how
+    many of its candidates were (noisy-)feasible or could not be calibrated."""
+    free = {m.label or m.name for m in config.methods if m.unconstrained}
+    charged = record["score_laplace_scale"] > 0 or record["left_out"] is not None
+    marked = any(
+        c.get("uses_sensitive_at_test") for r in record["repeats"] for c in r["candidates"]
+    )
+    out = []
+    for target in config.targets:
+        for repeat in record["repeats"]:
+            index = repeat["released"][f"{target:g}"]
+            chosen = {} if index is None else repeat["candidates"][index]
+            scored = [c for c in repeat["candidates"] if INFEASIBLE not in c]
+            feasible = [
+                c
+                for c in scored
+                if record["method"] in free
+                or (c["val_violation"] is not None and c["val_violation"] <= target)
+            ]
+            out.append(
+                TuningRow(
+                    dataset=record["dataset"],
+                    constraint=config.constraint,
+                    epsilon=float(record["epsilon"]),
+                    method=record["method"],
+                    target=float(target),
+                    selection=config.selection,
+                    repeat=int(repeat["repeat"]),
+                    selected=chosen.get("label"),
+                    hparams=chosen.get("hparams"),
+                    knob=nan_if_none(chosen.get("knob")),
+                    val_error=nan_if_none(chosen.get("val_error")),
+                    val_violation=nan_if_none(chosen.get("val_violation")),
+                    test_error=nan_if_none(chosen.get("test_error")),
+                    test_violation=nan_if_none(chosen.get("test_violation")),
+                    candidates=int(repeat["count"]),
+                    feasible=len(feasible),
+                    infeasible=len(repeat["candidates"]) - len(scored),
+                    uses_sensitive_at_test=marked,
+                    tuning=CHARGED if charged else NOT_CHARGED,
+                    tuning_epsilon=float(record["total_epsilon"]),
+                    candidate_epsilon=float(record["candidate_epsilon"]),
+                    training_epsilon=float(record["training_epsilon"]),
+                    score_laplace_scale=float(record["score_laplace_scale"]),
+                    accountant=record["accountant"] if config.selection == "private" else None,
+                    left_out=record["left_out"],
+                )
+            )
+    return out
+
+
 def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> list[dict]:
-    """One tuning.json row per target: the released models' test error and violation over
+    """One tuning.md row per target: the released models' test error and violation over
     the repeats (mean ± 95% CI), the most often released candidate, and the selection's
     budget."""
     out = []

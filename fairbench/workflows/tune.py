@@ -14,6 +14,8 @@ Protocol (one rule for all methods, so no method is favoured by how hard it was 
    configurations are saved as run configs (OUT/selected/<dataset>-eps<e>.yaml), which
    `fairbench run` reuses as they are; OUT/tune.yaml keeps the validated tune config, so
    that reports built from OUT (fairbench.report.privacy_cost) know its targets and budget.
+   OUT/tuning.json is the result table every tuning path writes (`fairbench.rundir.tuning`:
+   the layout and the row), a row per selection and final seed.
 
 Methods joining. Running a tune config with method entries added into an output it already
 filled keeps every finished trial (search and final) and runs only the new entries' (their
@@ -40,7 +42,6 @@ that method and epsilon and of the final fit, all on the same training split.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -58,8 +59,10 @@ from fairbench.privacy import PrivacyLedger, epsilon
 from fairbench.privacy.selection import CountLaw
 from fairbench.report import write_report
 from fairbench.report.aggregate import ci95, trials_frame
+from fairbench.rundir import tuning
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.store import finished_rows
+from fairbench.rundir.tuning import TuneLayout, TuningRow, write_table
 from fairbench.runner.config import (
     DatasetEntry,
     ExperimentConfig,
@@ -433,16 +436,7 @@ def summarise(
     for i, row in out.iterrows():
         if pd.isna(row["selected"]):
             continue
-        label = row["selected"].replace("#", "-")
-        trials = (
-            final[
-                (final["label"] == label)
-                & (final["dataset"] == row["dataset"])
-                & (final["epsilon"] == row["epsilon"])
-            ]
-            if len(final)
-            else final
-        )
+        trials = _final_trials(final, row)
         if len(trials):
             out.loc[i, "final_seeds"] = trials["seed"].nunique()
             out.loc[i, "test_error"] = trials["test_error"].mean()
@@ -454,6 +448,63 @@ def summarise(
                 search_rows, row["dataset"], row["epsilon"], row["method"], trials.iloc[0]
             )
     return out
+
+
+def _final_trials(final: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """The final trials of the configuration a selection row names (empty if none ran)."""
+    if final.empty:
+        return final
+    return final[
+        (final["label"] == row["selected"].replace("#", "-"))
+        & (final["dataset"] == row["dataset"])
+        & (final["epsilon"] == row["epsilon"])
+    ]
+
+
+def result_rows(
+    config: TuneConfig, summary: pd.DataFrame, final_rows: list[dict]
+) -> list[TuningRow]:
+    """The result table: each summary row once per final seed, with that seed's test numbers
+    (NaN where the selection chose nothing or its trial did not finish)."""
+    final = trials_frame(final_rows) if final_rows else pd.DataFrame()
+    rows = []
+    for _, row in summary.iterrows():
+        chosen = not pd.isna(row["selected"])
+        trials = _final_trials(final, row) if chosen else final.iloc[0:0]
+        by_seed = {int(t["seed"]): t for _, t in trials.iterrows()}
+        for seed in config.final_seeds:
+            trial = by_seed.get(seed)
+            rows.append(
+                TuningRow(
+                    dataset=row["dataset"],
+                    constraint=row["constraint"],
+                    epsilon=float(row["epsilon"]),
+                    method=row["method"],
+                    target=float(row["target"]),
+                    selection="free",
+                    repeat=seed,
+                    selected=row["selected"] if chosen else None,
+                    hparams=row["hparams"] if chosen else None,
+                    knob=math.nan if pd.isna(row["knob"]) else float(row["knob"]),
+                    val_error=float(row["val_error"]),
+                    val_violation=float(row["val_violation"]),
+                    test_error=math.nan if trial is None else float(trial["test_error"]),
+                    test_violation=math.nan if trial is None else float(trial["test_violation"]),
+                    candidates=int(row["candidates"]),
+                    feasible=int(row["feasible"]),
+                    infeasible=int(row["infeasible"]),
+                    uses_sensitive_at_test=trial is not None
+                    and bool(trial.get("uses_sensitive_at_test", False)),
+                    tuning=row["tuning"],
+                    tuning_epsilon=float(row["tuning_epsilon"]),
+                    candidate_epsilon=math.nan,
+                    training_epsilon=math.nan,
+                    score_laplace_scale=math.nan,
+                    accountant=None,
+                    left_out=None,
+                )
+            )
+    return rows
 
 
 def tuning_epsilon(
@@ -533,15 +584,21 @@ def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> 
 
 
 def write_outputs(
-    out: Path, summary: pd.DataFrame, finals: dict[str, dict], config: TuneConfig, charge: bool
+    out: Path,
+    summary: pd.DataFrame,
+    final_rows: list[dict],
+    finals: dict[str, dict],
+    config: TuneConfig,
+    charge: bool,
 ) -> None:
-    """selected/<stem>.yaml (run configs), tuning.json and tuning.md."""
-    (out / "selected").mkdir(parents=True, exist_ok=True)
+    """The selected run configs, the result table and its notes (TuneLayout's names)."""
+    layout = TuneLayout(out)
     for stem, data in finals.items():
-        (out / "selected" / f"{stem}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    records = json.loads(summary.to_json(orient="records"))
-    (out / "tuning.json").write_text(json.dumps(records, indent=1))
-    (out / "tuning.md").write_text(tuning_markdown(summary, config, charge))
+        path = layout.selected_config(stem)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    write_table(layout, result_rows(config, summary, final_rows))
+    layout.notes.write_text(tuning_markdown(summary, config, charge))
 
 
 def run_tune(
@@ -555,7 +612,7 @@ def run_tune(
     """Search, select, re-run on fresh seeds, write everything under `out`. Returns the
     summary and the failed trials' messages (search and final); search draws that failed
     calibration are not failures (the summary's `infeasible` counts them)."""
-    search_dir = out / "search"
+    search_dir = TuneLayout(out).search
     specs = prepare_run(search_config(config), search_dir, warn, extend=True)
     with run_lock(out):  # one tune per output; each run directory under it is locked too
         return _tune(config, out, specs, workers, quiet, charge, warn)
@@ -571,7 +628,8 @@ def _tune(
     warn: Callable[[str], None],
 ) -> tuple[pd.DataFrame, list[str]]:
     failures = []
-    search_dir = out / "search"
+    layout = TuneLayout(out)
+    search_dir = layout.search
     write_tune_config(out, config)
     summary = execute(specs, search_dir, workers, quiet)
     failures += [
@@ -585,23 +643,17 @@ def _tune(
     finals = final_configs(config, selection)
     final_rows: list[dict] = []
     for stem, data in finals.items():
-        run_dir = out / "final" / stem
+        run_dir = layout.final_run(stem)
         specs = prepare_run(parse_config(data, stem), run_dir, warn, extend=True)
         done = execute(specs, run_dir, workers, quiet)
         failures += [f"final {trial}: {error.splitlines()[-1]}" for trial, error in done.failed]
         write_report(run_dir)
         final_rows += finished_rows(run_dir, "summarise")
     table = summarise(selection, final_rows, rows, charge)
-    write_outputs(out, table, finals, config, charge)
+    write_outputs(out, table, final_rows, finals, config, charge)
     return table, failures
-
-
-TUNE_CONFIG = "tune.yaml"  # the validated tune config, beside its outputs
 
 
 def write_tune_config(out: Path, config: TuneConfig) -> None:
     """OUT/tune.yaml: what the outputs were tuned under (targets, budget, seeds, spaces)."""
-    path = out / TUNE_CONFIG
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
-    tmp.replace(path)
+    tuning.write_tune_config(TuneLayout(out), config.model_dump())

@@ -15,6 +15,7 @@ from fairbench.errors import ConfigError
 from fairbench.figures import build
 from fairbench.report.privacy_cost import COLUMNS, SPREAD_COLUMNS
 from fairbench.report.privacy_cost_notes import privacy_bites
+from fairbench.rundir.tuning import TuneLayout, read_table
 from fairbench.workflows.tune import TuneConfig, choose
 
 TAUS = (0.3, 0.05)
@@ -128,15 +129,10 @@ def test_each_row_equals_an_independent_recomputation_from_the_final_trials(buil
 def test_rows_are_exactly_the_selections_tune_made(built):
     root, _ = built
     table = pd.read_csv(root / "fig" / "synthetic.csv")
-    selected = [
-        r
-        for r in json.loads((root / "tune" / "tuning.json").read_text())
-        if r["selected"] is not None
-    ]
-    expected = {
-        (r["target"], r["method"], math.inf if r["epsilon"] is None else r["epsilon"])
-        for r in selected
-    }
+    rows = read_table(TuneLayout(root / "tune"))
+    selected = rows[rows["selected"].notna()]
+    expected = set(zip(selected["target"], selected["method"], selected["epsilon"], strict=True))
+    assert math.inf in set(selected["epsilon"])  # the non-private reference, read back as inf
     assert set(zip(table["tau"], table["method"], table["epsilon"], strict=True)) == expected
     # ERM is an unconstrained reference: selected at every tau, whatever its violation
     assert {t for t, m, _ in expected if m == "erm"} == set(TAUS)
@@ -154,12 +150,10 @@ def test_a_method_that_cannot_reach_tau_has_no_row_and_is_listed(built):
     assert "- logistic, τ = 0.05: dp-sgd at ε = 1, 8" in note
     # every raco-dp draw failed calibration: no row, listed with the reason at both taus
     assert "raco-dp" not in set(table["method"])
-    raco = [
-        r
-        for r in json.loads((root / "tune" / "tuning.json").read_text())
-        if r["method"] == "raco-dp"
-    ]
-    assert {(r["candidates"], r["infeasible"]) for r in raco} == {(0, TUNE["budget"])}
+    rows = read_table(TuneLayout(root / "tune"))
+    raco = rows[rows["method"] == "raco-dp"]
+    assert set(zip(raco["candidates"], raco["infeasible"], strict=True)) == {(0, TUNE["budget"])}
+    assert raco["selected"].isna().all() and raco["test_error"].isna().all()
     for tau in TAUS:
         assert f"- logistic, τ = {tau:g}: raco-dp at ε = 1, 8 (4 draws could not" in note
     assert "not charged to the privacy budget" in note

@@ -1,7 +1,6 @@
 """fig-tuning-cost: `selection: uncharged` is private selection's paired twin, infeasible
 draws are candidates that release nothing, and the figure's table ranks honestly."""
 
-import json
 import math
 
 import pandas as pd
@@ -15,6 +14,7 @@ from fairbench.report.tuning_cost import (
     winners,
 )
 from fairbench.rundir.store import finished_rows
+from fairbench.rundir.tuning import TuneLayout, read_analysis
 from fairbench.workflows.private_selection import candidate_seed, run_private
 from fairbench.workflows.tune import TuneConfig
 
@@ -34,20 +34,26 @@ BASE = {
 
 
 @pytest.fixture(scope="module")
-def arms(tmp_path_factory):
-    """The same config paid for and uncharged, run once for the module."""
+def runs(tmp_path_factory):
+    """The same config paid for and uncharged, run once for the module: selection -> (tune
+    output, tuning.md's per-target summary)."""
     root = tmp_path_factory.mktemp("tuning-cost")
     outs = {}
     for selection in ("private", "uncharged"):
         config = TuneConfig.model_validate({**BASE, "selection": selection})
-        _table, failures = run_private(config, root / selection, 1, True)
+        table, failures = run_private(config, root / selection, 1, True)
         assert failures == []
-        outs[selection] = root / selection
+        outs[selection] = (root / selection, table)
     return outs
 
 
+@pytest.fixture(scope="module")
+def arms(runs):
+    return {selection: out for selection, (out, _) in runs.items()}
+
+
 def records(out):
-    return json.loads((out / "private" / "selections.json").read_text())
+    return read_analysis(TuneLayout(out))
 
 
 def test_the_uncharged_twin_runs_the_same_candidates_at_the_full_epsilon_scored_exactly(arms):
@@ -278,13 +284,13 @@ def test_the_figure_command_writes_the_csv_plot_and_report(arms, cli, tmp_path):
     assert f"Majority-class predictor: test error {majority:.3f} (violation 0)." in readme
 
 
-def test_the_tuning_table_names_a_selection_that_released_nothing(arms):
+def test_the_tuning_table_names_a_selection_that_released_nothing(runs):
     """A (method, target) whose repeats released nothing has no selected label (NaN in the
     summary): tuning.md says `none` instead of failing."""
     from fairbench.workflows.private_selection import private_markdown
 
     config = TuneConfig.model_validate({**BASE, "selection": "private"})
-    table = pd.read_json(arms["private"] / "tuning.json")
+    table = runs["private"][1].copy()
     table["selected"] = math.nan
     assert "| none |" in private_markdown(table, config)
 

@@ -17,6 +17,7 @@ from dp_accounting import dp_event
 from dp_accounting.rdp import RdpAccountant
 
 from fairbench.privacy import PrivacyLedger, rdp
+from fairbench.rundir.tuning import TuneLayout, read_analysis
 from fairbench.workflows import advise as flow
 
 RELEASE_KEYS = {
@@ -286,9 +287,7 @@ def test_the_privacy_spent_is_recomputed_with_dp_accounting(table, dp_sgd_spaces
     plan_ = flow.plan(_request(table, dp_sgd_spaces, seed=3))
     _, table_ = flow.run_advice(plan_, tmp_path / "out", 1, True)
     spent = flow.looking_cost(plan_, tmp_path / "out")
-    (record,) = json.loads(
-        (tmp_path / "out" / "comparison" / "private" / "selections.json").read_text()
-    )
+    (record,) = read_analysis(TuneLayout(tmp_path / "out" / "comparison"))
     (training,) = record["candidate_plans"]
 
     def candidate(plan: dict, scale: float) -> dp_event.DpEvent:

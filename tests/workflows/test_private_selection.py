@@ -1,7 +1,6 @@
 """`tune` with `selection: private`: the count laws, the noisy validation score, the
 per-candidate calibration, and the total epsilon recomputed independently with dp-accounting."""
 
-import json
 import math
 
 import numpy as np
@@ -26,6 +25,7 @@ from fairbench.privacy.selection import (
 )
 from fairbench.privacy.session import PrivacyContractError
 from fairbench.rundir.store import finished_rows
+from fairbench.rundir.tuning import TuneLayout, read_analysis, read_table
 from fairbench.streams import numpy_stream
 from fairbench.workflows.private_selection import (
     _check_ledger,
@@ -155,7 +155,7 @@ def selected(tmp_path_factory):
     config = TuneConfig.model_validate(BASE)
     table, failures = run_private(config, out, workers=1, quiet=True, warn=lambda _: None)
     assert failures == []
-    records = json.loads((out / "private" / "selections.json").read_text())
+    records = read_analysis(TuneLayout(out))
     rows = finished_rows(out / "private" / f"synthetic-eps{TARGET:g}", "test")
     return config, out, table, records, rows
 
@@ -177,9 +177,19 @@ def test_the_stored_total_is_recomputed_independently(selected):
     assert record["total_epsilon"] == pytest.approx(again, rel=1e-9)
     assert 0.99 * TARGET <= record["total_epsilon"] <= TARGET
     assert record["accountant"] == "rdp" and "PLD accountant cannot" in record["accounting_note"]
-    summary = json.loads((out / "tuning.json").read_text())
-    assert all(r["total_epsilon"] == pytest.approx(record["total_epsilon"]) for r in summary)
-    assert all(r["selection"] == "private" and r["count_law"] == BASE["count"] for r in summary)
+    rows = read_table(TuneLayout(out))
+    assert (rows["tuning_epsilon"] == record["total_epsilon"]).all()
+    assert set(rows["selection"]) == {"private"} and set(rows["accountant"]) == {"rdp"}
+    # a row per target and repeat: its K and what it released, as the analysis records them
+    assert len(rows) == len(BASE["targets"]) * len(record["repeats"])
+    repeats = record["repeats"] * len(BASE["targets"])
+    for row, repeat in zip(rows.itertuples(), repeats, strict=True):
+        assert (row.repeat, row.candidates) == (repeat["repeat"], repeat["count"])
+        index = repeat["released"][f"{row.target:g}"]
+        if index is None:
+            assert row.selected is None and math.isnan(row.test_error)
+        else:
+            assert row.test_error == repeat["candidates"][index]["test_error"]
     assert "total ε (RDP)" in (out / "tuning.md").read_text()
 
 
@@ -257,7 +267,7 @@ def test_candidates_of_different_mechanisms_are_accounted_by_the_max_of_their_cu
         {**BASE, "methods": methods, "count": {"law": "poisson", "mean": 4.0}}
     )
     run_private(config, tmp_path / "out", workers=1, quiet=True, warn=lambda _: None)
-    record = json.loads((tmp_path / "out" / "private" / "selections.json").read_text())[0]
+    record = read_analysis(TuneLayout(tmp_path / "out"))[0]
     assert len(record["candidate_plans"]) == 2
     events = []
     for plan in record["candidate_plans"]:

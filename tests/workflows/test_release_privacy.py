@@ -4,7 +4,6 @@ not depend on the candidates drawn, every (method, repeat, candidate) draws its 
 and batches, and a split by per-record coins moves no other record when one is added."""
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from fairbench.privacy.session import (
     PrivacyNotion,
     PrivacySession,
 )
+from fairbench.rundir.tuning import TuneLayout, read_analysis
 from fairbench.runner.trial import load_task, run_trial
 from fairbench.workflows.private_selection import (
     calibrate,
@@ -315,7 +315,7 @@ def test_a_failed_check_names_the_rows_dropped_before_it(tmp_path):
 def test_the_tune_outputs_say_they_are_an_analysis_not_a_release(tmp_path):
     config = _config(final_seeds=list(range(10)))
     run_private(config, tmp_path / "out", 1, True)
-    record = json.loads((tmp_path / "out" / "private" / "selections.json").read_text())[0]
+    record = read_analysis(TuneLayout(tmp_path / "out"))[0]
     assert record["note"].startswith("analysis of the selection, not part of the DP release")
     assert "not part of the DP release" in (tmp_path / "out" / "tuning.md").read_text()
     assert yaml.safe_load((tmp_path / "out" / "tune.yaml").read_text())["support"] == 2

@@ -1,7 +1,6 @@
 """`fairbench tune`: equal budgets, validation-only selection, fresh final seeds, reusable
 selected configs, and the stated tuning-privacy bound."""
 
-import json
 import math
 
 import pytest
@@ -10,6 +9,7 @@ import yaml
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import trials_frame
 from fairbench.rundir.store import finished_rows
+from fairbench.rundir.tuning import TuneLayout, read_table
 from fairbench.runner.config import expand, parse_config
 from fairbench.workflows.tune import TuneConfig, load_tune_config, sample_configurations
 
@@ -98,7 +98,7 @@ def test_selection_uses_validation_only_and_follows_the_one_rule(tuned):
 
 
 def test_selected_configs_run_on_fresh_seeds_and_are_reusable_by_run(tuned):
-    out, _ = tuned
+    out, table = tuned
     (stem,) = [p.stem for p in (out / "selected").glob("*.yaml")]
     saved = parse_config(yaml.safe_load((out / "selected" / f"{stem}.yaml").read_text()))
     final = finished_rows(out / "final" / stem, "test")
@@ -107,11 +107,17 @@ def test_selected_configs_run_on_fresh_seeds_and_are_reusable_by_run(tuned):
     assert {s.trial_id for s in expand(saved, warn=lambda _: None)} == {
         r["trial_id"] for r in final
     }
-    summary = json.loads((out / "tuning.json").read_text())
-    chosen = [r for r in summary if r["selected"] is not None]
-    assert all(r["final_seeds"] == 10 and r["test_error"] > 0 for r in chosen)
+    rows = read_table(TuneLayout(out))
+    assert set(rows["selection"]) == {"free"}
+    # a row per selection and final seed, each seed's own fresh-seed test numbers
+    assert len(rows) == len(table) * 10
+    chosen = rows[rows["selected"].notna()]
+    by_seed = {(r["label"], r["seed"]): r["test_error"] for r in final}
+    assert [by_seed[(r.selected.replace("#", "-"), r.repeat)] for r in chosen.itertuples()] == (
+        list(chosen["test_error"])
+    )
     # the stated bound: the composition of 3 search fits and 1 final fit at eps 3 each
-    assert all(3.0 < r["tuning_epsilon"] < 4 * 3.0 for r in chosen)
+    assert chosen["tuning_epsilon"].between(3.0, 4 * 3.0, inclusive="neither").all()
     assert "tuning ε" in (out / "tuning.md").read_text()
 
 
