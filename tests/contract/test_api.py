@@ -33,6 +33,7 @@ def python_blocks(markdown: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", markdown, flags=re.DOTALL)
 
 
+@pytest.mark.slow
 def test_docs_example_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks((REPO / "docs" / "api.md").read_text())
@@ -157,6 +158,7 @@ def test_bad_input_raises_one_fairbench_error_and_writes_nothing(tmp_path):
         fairbench.load_run(tmp_path)
 
 
+@pytest.mark.slow
 def test_preflight_runs_before_anything_is_written(tmp_path):
     raco = {"name": "raco-dp", "knobs": [0.05], "hparams": {"epochs": 1}}
     infeasible = {**SMALL, "epsilons": [0.01], "methods": [raco]}

@@ -47,6 +47,7 @@ def test_privacy_epsilon_prints_the_pld_epsilon(cli, laplace):
         assert result["epsilon"] > independent(0.02, 1.1, 800, laplace)
 
 
+@pytest.mark.slow
 def test_privacy_calibrate_both_ways_and_refuses_ambiguity(cli):
     code, out, _ = cli(
         "privacy", "calibrate", "--sampling-rate", "0.02", "--epsilon", "2", "--steps", "800"

@@ -33,7 +33,7 @@ import pytest
 import typer
 import typer.main
 
-from tests.conftest import REPO
+from tests.conftest import REPO, needs_adult
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -245,7 +245,16 @@ def _run_python(command: Command) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+# the documents whose commands run configs on the real Adult files
+ON_ADULT = {"README.md", "guide.md"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "doc",
+    [pytest.param(d, marks=needs_adult if d.name in ON_ADULT else ()) for d in DOCS],
+    ids=lambda p: p.name,
+)
 def test_doc_commands_run(doc, cli, tmp_path, monkeypatch):
     commands = console_commands(doc)
     monkeypatch.chdir(tmp_path)

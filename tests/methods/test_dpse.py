@@ -159,6 +159,7 @@ def test_bad_setups_are_config_errors(mixture, spec, message):
         get_method("dpse").fit(mixture, PrivacyBudget(1.0), spec, seed=0)
 
 
+@pytest.mark.slow
 def test_the_runner_reports_regression_rows(cli, tmp_path):
     config = tmp_path / "reg.yaml"
     config.write_text(

@@ -45,6 +45,7 @@ def _clean(figures: dict[str, object]) -> None:
     assert not bad, f"text overlaps in {len(bad)} figure(s):\n{report}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_every_registered_figure_is_drawn_without_overlapping_text(name):
     spec = FIGURES[name]
@@ -132,6 +133,7 @@ def test_saving_twice_writes_the_same_bytes_without_dates_or_versions(tmp_path):
     assert b"Software" not in png and b"atplotlib" not in png
 
 
+@pytest.mark.slow
 def test_the_registry_builds_what_the_command_writes(tmp_path, cli):
     """`fairbench figure NAME` is generated from the registry and writes what build writes."""
     spec = FIGURES["literature"]

@@ -163,6 +163,7 @@ LEAVE_OUT = {
 }
 
 
+@pytest.mark.slow
 def test_an_uncalibratable_method_refuses_the_tune_unless_left_out(tmp_path):
     """raco-dp with Laplace scale 1 cannot be calibrated at a share of epsilon 0.3: by default
     the tune stops before writing anything; with `uncalibratable: leave_out` the method is

@@ -227,6 +227,7 @@ def test_signals_raise_stopped_inside_the_block_and_handlers_come_back():
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
 
 
+@pytest.mark.slow
 def test_ctrl_c_stores_whole_trials_stops_every_worker_and_resumes(tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) during a run with
     two workers: exit 130, one `interrupted:` line whose count is the store's, no traceback,
@@ -272,6 +273,7 @@ def test_sigterm_abandons_the_trial_running_in_process_and_exits_143(tmp_path):
     assert 1 <= len(done) < SLOW_TRIALS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "dask"])
 def test_workers_die_with_a_sigkilled_parent_and_the_run_resumes(tmp_path, executor):
     """The kill-parent test: SIGKILL reaches the parent alone (no handler can run); every

@@ -18,6 +18,7 @@ def specs_of(data):
     return expand(parse_config(data), warn=lambda _: None)
 
 
+@pytest.mark.slow
 def test_the_plan_states_the_steps_each_trial_then_runs(cli, tmp_path):
     data = {
         **TINY,
@@ -37,6 +38,7 @@ def test_the_plan_states_the_steps_each_trial_then_runs(cli, tmp_path):
     assert plan["dp-sgd"]["trials"] == 1 and plan["dp-sgd"]["epsilon"] == 1.0
 
 
+@pytest.mark.slow
 def test_the_smallest_feasible_epsilon_is_feasible_and_tight():
     data = {
         **TINY,
@@ -92,6 +94,7 @@ def test_overrides_name_entries_by_label_name_or_index():
         apply_overrides({"methods": ["erm", "erm"]}, ["methods.erm.knobs=[1]"])
 
 
+@pytest.mark.slow
 def test_overrides_and_device_are_recorded_in_the_run_config(cli, tmp_path):
     out = tmp_path / "r"
     data = {**TINY, "device": "auto"}

@@ -137,6 +137,7 @@ def test_missing_data_falls_back_to_synthetic_only_when_asked(tmp_path, monkeypa
     assert "falling back to the synthetic dataset" in warnings[0]
 
 
+@pytest.mark.slow
 def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
     out = tmp_path / "run"
     config = write_config(tmp_path, SMALL)
@@ -216,6 +217,7 @@ def test_run_writes_store_tables_and_figures_then_resumes(cli, tmp_path):
     assert code == 2 and "holds a run of a different config" in stderr
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_numbers(cli, tmp_path):
     config = write_config(tmp_path, {**SMALL, "epsilons": [1.0]})
     for workers in ("1", "2"):
@@ -410,6 +412,7 @@ def test_dry_run_status_stamp_and_export(cli, tmp_path):
     assert json.loads(table["stamp"].iloc[0])["torch"] == torch.__version__
 
 
+@pytest.mark.slow
 def test_a_run_killed_with_sigkill_resumes_to_exactly_the_uninterrupted_trials(tmp_path):
     """A real `fairbench run` with two workers, SIGKILLed (with its workers) once a few trials
     are committed, then resumed: the same trial ids as an uninterrupted run, each once, and the
@@ -456,6 +459,7 @@ def test_a_run_killed_with_sigkill_resumes_to_exactly_the_uninterrupted_trials(t
     assert without_timing(read_results(killed)) == without_timing(read_results(whole))
 
 
+@pytest.mark.slow
 def test_the_dask_executor_matches_the_local_one(cli, tmp_path):
     """A real local Dask cluster (two worker processes) runs the grid in batches; the rows
     equal the local executor's for the same seeds."""

@@ -4,6 +4,7 @@ result that today's code does not reproduce is named, field by field, with exit 
 import shutil
 
 import pandas as pd
+import pytest
 
 TINY = (
     "name: tiny\ndatasets: [{name: synthetic, options: {n_rows: 400}}]\nseeds: 1\n"
@@ -12,6 +13,7 @@ TINY = (
 )
 
 
+@pytest.mark.slow
 def test_verify_reproduces_a_run_and_names_what_differs(cli, tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY)

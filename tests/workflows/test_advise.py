@@ -139,6 +139,7 @@ def advised(table, tmp_path_factory):
     return out, json.loads(buffer.getvalue())
 
 
+@pytest.mark.slow  # the `advised` fixture: one whole advise run
 def test_the_release_holds_only_what_its_analysis_covers(advised):
     """OUT/release is model.pt and release.json; release.json and the JSON's release carry
     the chosen configuration, its noisy score, epsilon, delta and the accounting, and no
@@ -195,6 +196,7 @@ def _keys(value) -> set[str]:
     return set()
 
 
+@pytest.mark.slow  # the `advised` fixture: one whole advise run
 def test_every_exact_statistic_is_under_the_not_private_heading(advised):
     out, result = advised
     exact = result["not_private"]
@@ -234,6 +236,7 @@ def _request(table, spaces, **change) -> flow.Request:
     return replace(request, **change)
 
 
+@pytest.mark.slow  # the `advised` fixture: one whole advise run
 def test_unseeded_releases_draw_fresh_noise_and_seeded_ones_say_they_are_not_releases(
     table, dp_sgd_spaces, tmp_path
 ):

@@ -256,6 +256,7 @@ def test_summary_rows_average_the_released_models(selected):
             assert row.test_error == pytest.approx(np.mean([c["test_error"] for c in released]))
 
 
+@pytest.mark.slow
 def test_candidates_of_different_mechanisms_are_accounted_by_the_max_of_their_curves(tmp_path):
     """A space that changes the batch size: every distinct candidate mechanism is recorded
     and every candidate is mapped to its own; the stored total is the repeat-and-select bound
@@ -368,6 +369,7 @@ def test_charge_tuning_with_private_selection_is_refused_and_writes_nothing(cli,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_calibrations_in_worker_processes_come_back_in_job_order():
     """Several (epsilon, method) calibrations run in a spawned pool (each is deterministic):
     each result is its own job's, a total tight under that job's epsilon, with every
