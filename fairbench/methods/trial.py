@@ -226,6 +226,17 @@ class Fitted:
         return self.model(x).squeeze(-1).double().cpu().numpy()
 
 
+DEVICES: tuple[Device, ...] = ("cpu", "cuda", "auto")
+
+
+def as_device(name: str, what: str = "device") -> Device:
+    """`name` as a `Device`; any other name is a ConfigError (`what` names the option)."""
+    for device in DEVICES:
+        if name == device:
+            return device
+    raise ConfigError(f"{what} {name!r}: choose cpu, cuda or auto")
+
+
 def resolve_device(device: Device) -> torch.device:
     """`auto` picks CUDA when available; asking for CUDA without one is a clear error."""
     if device == "auto":

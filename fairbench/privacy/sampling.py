@@ -91,7 +91,7 @@ def poisson_batches(
         checks.fail_if("poisson chunk", positions[-1] < n, shortfall)
         return positions[positions < n].long()
 
-    next_device_batch.checks = checks  # type: ignore[attr-defined]
+    next_device_batch.checks = checks  # type: ignore[attr-defined]  # a function attribute, for tests
     return next_device_batch
 
 
