@@ -40,6 +40,7 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: install
 	$(BIN)/fairbench bench --fits
@@ -201,4 +202,4 @@ parity-env-raco-dp parity-env-dp-fermi: parity-env-%:
 	.venv-$*/bin/python -m pip install --quiet -r parity/requirements-$*.txt
 
 clean:
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs .pytest_cache .ruff_cache .mypy_cache
