@@ -466,7 +466,8 @@ class DPFermi(Method):
                 shuffle=hp.batch_size,
                 drop_last=True,
             )
-        sigmas, closed = [schedule.noise_multiplier] * releases, dict[str, float]()
+        sigmas = [schedule.noise_multiplier] * releases
+        closed: dict[str, float] = {}
         if hp.switched("noise") and releases:
             privacy = self.required_target(target)
             sigmas, closed = self._closed_form(shape.n, schedule, privacy, lam, releases)
