@@ -44,6 +44,7 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: install
 	$(BIN)/fairbench bench --fits
@@ -205,4 +206,4 @@ parity-env-raco-dp parity-env-dp-fermi: parity-env-%:
 	.venv-$*/bin/python -m pip install --quiet -r parity/requirements-$*.txt
 
 clean:
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs .pytest_cache .ruff_cache .mypy_cache

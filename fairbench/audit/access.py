@@ -122,7 +122,9 @@ def check_access(
 
     with observe_releases(record):
         first = method.fit(task, privacy, fairness, seed)
-    fields = changed_fields(first.privacy_notion, fairness.constraint)
+    notion = first.privacy_notion
+    assert notion is not None  # `Method.fit` sets it from the session's guarantee
+    fields = changed_fields(notion, fairness.constraint)
     changed = dataclasses.replace(
         task, train=altered(task.train, fields, task.n_classes, task.n_groups, seed)
     )
@@ -136,7 +138,7 @@ def check_access(
     except _Diverged as exc:
         leaks = [str(exc)]
     leaks += _unaccounted(Counter(kind for kind, _ in recorded), first)
-    return AccessReport(method.name, first.privacy_notion, fields, len(recorded), tuple(leaks))
+    return AccessReport(method.name, notion, fields, len(recorded), tuple(leaks))
 
 
 def _replayer(replay: Iterator[tuple[Kind, Any]]):

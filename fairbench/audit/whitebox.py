@@ -54,7 +54,7 @@ from fairbench.privacy.contributions import Array, Contributions, clipped_sum
 from fairbench.privacy.session import Batch, PrivacySession
 
 Broken = Literal["one-third-noise", "no-clipping"]
-BROKEN: tuple[str, ...] = get_args(Broken)
+BROKEN: tuple[Broken, ...] = get_args(Broken)
 NORMAL_MAD = 0.6744897501960817  # median |N(0, 1)|
 
 # the Gaussian sums whose weight-gradient release carries the canary's column, per method
@@ -98,7 +98,8 @@ class AuditSession(PrivacySession):
         self.watch, self.broken = watch, broken
         self.observations: list[Observation] = []
 
-    def gaussian_sum(
+    # not a GaussianSum but called like one (stacked releases check a mechanism's exact type)
+    def gaussian_sum(  # type: ignore[override]
         self, label: str, clip: float, noise_multiplier: float, group: int | None = None
     ) -> WatchedSum:
         return WatchedSum(

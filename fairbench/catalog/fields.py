@@ -107,7 +107,9 @@ def _valid_text(info: FieldInfo) -> str:
 
 
 def _interval(metadata: list[Any]) -> str:
-    low, high, low_open, high_open = -math.inf, math.inf, True, True
+    low: Any = -math.inf  # annotated_types' bounds: any comparable value (int or float here)
+    high: Any = math.inf
+    low_open, high_open = True, True
     for rule in metadata:
         if isinstance(rule, Ge):
             low, low_open = rule.ge, False

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,9 @@ from rich.table import Table
 
 from fairbench.cli.common import console, err_console, key_values
 from fairbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fairbench.methods.trial import Device
 
 
 class Broken(str, Enum):
@@ -42,6 +45,7 @@ def check(
         written = regression.write_baseline(rows, write_baseline, run_dir.name)
         console.print(f"baseline of {len(written['entries'])} series → {write_baseline}")
         return
+    assert baseline is not None  # exactly one of the two is given (checked above)
     reference = regression.load_baseline(baseline)
     found = regression.compare(rows, reference)
     for item in found:
@@ -111,17 +115,16 @@ def bench(
         console.print("published code: per-step times measured in the RaCO-DP paper (Table 2)")
 
 
-def _bench_device(device: str) -> str:
+def _bench_device(device: str) -> Device:
     """`--device` resolved to the device the steps run on: `auto` falls back to the CPU with
     a note (on stderr, so --json output stays JSON); `cuda` without one is a ConfigError."""
     import torch
 
-    from fairbench.methods.trial import resolve_device
+    from fairbench.methods.trial import as_device, resolve_device
 
-    if device not in ("cpu", "cuda", "auto"):
-        raise ConfigError(f"--device {device!r}: choose cpu, cuda or auto")
-    resolved = resolve_device(device).type
-    if device == "auto" and resolved == "cpu":
+    requested = as_device(device, "--device")
+    resolved = as_device(resolve_device(requested).type)
+    if requested == "auto" and resolved == "cpu":
         why = "torch has no CUDA support" if torch.version.cuda is None else "no CUDA device"
         err_console.print(
             f"note: --device auto: {why} here, timing on the CPU",
@@ -253,6 +256,7 @@ def audit(
 
     from fairbench.audit.canary import audit as run_audit
     from fairbench.audit.canary import audit_method
+    from fairbench.audit.whitebox import BROKEN
     from fairbench.methods import FairnessSpec
     from fairbench.privacy import PrivacyBudget
 
@@ -268,7 +272,7 @@ def audit(
         canaries,
         confidence,
         seed=seed,
-        broken=broken and broken.value,
+        broken=None if broken is None else next(b for b in BROKEN if b == broken.value),
     )
     name = method if broken is None else f"{method}, broken: {broken.value}"
     failed = result.flagged if broken is None else not result.flagged

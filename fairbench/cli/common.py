@@ -31,7 +31,8 @@ class BareFlagsGroup(TyperGroup):
     flag reads `--json <bool>` as if it took a value: before the root parses anything, every
     flag in the command tree (`--help` included) has its placeholder removed."""
 
-    def get_params(self, ctx: typer.Context) -> list:
+    # typer passes its own Context; the vendored click base it overrides has no public name
+    def get_params(self, ctx: typer.Context) -> list:  # type: ignore[override]
         _bare_flags(self, ctx)
         return super().get_params(ctx)
 

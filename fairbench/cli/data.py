@@ -46,12 +46,12 @@ def list_(
     elif what is Listable.datasets:
         from fairbench.datasets import registry as datasets
 
-        found = sorted(datasets().items())
+        adapters = sorted(datasets().items())
         if as_json:
-            print(json.dumps([{"name": n, "description": c.description} for n, c in found]))
+            print(json.dumps([{"name": n, "description": c.description} for n, c in adapters]))
             return
-        for name, cls in found:
-            print(f"{name:12s} {cls.description}")
+        for name, adapter in adapters:
+            print(f"{name:12s} {adapter.description}")
     else:
         from fairbench.runner.config import BUNDLED
 

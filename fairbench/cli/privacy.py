@@ -89,16 +89,16 @@ def privacy_calibrate(
     from fairbench.privacy import epsilon as account
     from fairbench.privacy.events import sgd_steps
 
-    if (steps is None) == (noise_multiplier is None):
-        raise ConfigError(
-            "give exactly one of --steps (solve sigma) or --noise-multiplier (solve T)"
-        )
-    if steps is not None:
+    if steps is not None and noise_multiplier is None:
         noise_multiplier = calibrate_noise_multiplier(
             sampling_rate, steps, epsilon, delta, laplace_scale
         )
-    else:
+    elif noise_multiplier is not None and steps is None:
         steps = calibrate_steps(sampling_rate, noise_multiplier, epsilon, delta, laplace_scale)
+    else:
+        raise ConfigError(
+            "give exactly one of --steps (solve sigma) or --noise-multiplier (solve T)"
+        )
     spent = account(sgd_steps(sampling_rate, noise_multiplier, steps, laplace_scale), delta)
     print(
         json.dumps(

@@ -121,7 +121,8 @@ def _experiment(
     from fairbench.runner.overrides import apply_overrides
 
     if config is not None and "=" in config and not Path(config).exists():
-        config, overrides = None, [config, *overrides]  # `fairbench run seeds=3`
+        overrides = [config, *overrides]  # `fairbench run seeds=3`
+        config = None
     if device is not None:
         overrides = [*overrides, f"device={device.value}"]
     if resume is None:

@@ -90,8 +90,9 @@ def numpy_compatible(fn: Callable) -> Callable:
 def statistics(y: np.ndarray, s: np.ndarray, p_positive: np.ndarray, n_groups: int) -> np.ndarray:
     """l(c, D) for predictions given as P(c(x_i) = 1) (0/1 for a deterministic classifier)."""
     stats = np.zeros((n_groups, 2, 2))
-    np.add.at(stats, (s, y, POS), p_positive)
-    np.add.at(stats, (s, y, NEG), 1.0 - p_positive)
+    # numpy's stubs type ufunc.at's indices as one array, not the tuple of arrays it takes
+    np.add.at(stats, (s, y, POS), p_positive)  # type: ignore[arg-type]
+    np.add.at(stats, (s, y, NEG), 1.0 - p_positive)  # type: ignore[arg-type]
     return stats / len(y)
 
 
@@ -238,5 +239,5 @@ def constraint_pieces(
             for b in range(k)
             if a != b
         ]
-    grads = torch.stack(grads)
-    return (grads * stats).sum(dim=(1, 2, 3)) - alpha, grads
+    stacked = torch.stack(grads)
+    return (stacked * stats).sum(dim=(1, 2, 3)) - alpha, stacked

@@ -304,7 +304,7 @@ class CsvFile(Dataset):
         private = p.bounds is not None
         scaling = (
             f"public bounds from {p.bounds.path.name}: clipped, scaled to [-1, 1]"
-            if private
+            if p.bounds is not None
             else "training-split statistics (not private)"
         )
         return {

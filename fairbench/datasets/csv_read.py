@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,7 +103,9 @@ def _collapse_duplicates(frame: pd.DataFrame, path: Path) -> tuple[pd.DataFrame,
     return frame.iloc[:, keep], tuple(dict.fromkeys(collapsed))
 
 
-def require_columns(columns: Iterable[str], wanted: dict[str, Iterable[str]], path: Path) -> None:
+def require_columns(
+    columns: Iterable[str], wanted: Mapping[str, Iterable[str]], path: Path
+) -> None:
     """Every column an option names exists; else one error naming the option, the column and
     the closest header name (difflib)."""
     present = list(columns)

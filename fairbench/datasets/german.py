@@ -91,7 +91,8 @@ def read_raw(path: Path) -> pd.DataFrame:
         raise DataError(
             f"german: {path} has a non-numeric value ({exc}); run `fairbench data fetch german`"
         ) from None
-    for col, codes in {**VOCABULARY, "class": [1, 2]}.items():
+    known: dict[str, list[str] | list[int]] = {**VOCABULARY, "class": [1, 2]}
+    for col, codes in known.items():
         unknown = set(frame[col].unique()) - set(codes)
         if unknown:
             raise DataError(

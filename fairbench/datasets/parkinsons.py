@@ -102,6 +102,7 @@ class Parkinsons(Dataset):
             **o.model_dump(),
             "split": "by subject" if o.split == "subject" else "stratified on group",
         }
+        labels: tuple[str, ...]
         if o.task == "regression":
             y, labels = target, ()
         else:

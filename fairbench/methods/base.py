@@ -115,6 +115,13 @@ class Method(ABC):
         cannot meet the target raises `CalibrationError`."""
         raise NotImplementedError(f"method {self.name} declares no plan")
 
+    def required_target(self, target: PrivacyBudget | None) -> PrivacyBudget:
+        """`plan`'s target where the method is private (the engine refuses a private trial
+        without one before it plans)."""
+        if target is None:
+            raise ConfigError(f"method {self.name} is private: give it a target epsilon")
+        return target
+
     def program(self, trials: list[Trial], plan: Plan) -> Any:
         """The `engine.TrainingProgram` of `trials`, which share `plan`: their models, the
         step over one round of their batches, and what each reports afterwards."""

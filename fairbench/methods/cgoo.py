@@ -151,7 +151,7 @@ class Game:
         statistics: Callable[[], torch.Tensor],
         relabel: Callable[[torch.Tensor], None],
     ) -> None:
-        self.hp, self.constraint, self.alpha = hp, fairness.constraint, float(fairness.knob)
+        self.hp, self.constraint, self.alpha = hp, fairness.constraint, fairness.knob_value
         self.statistics, self.relabel = statistics, relabel
         self.components: list[nn.Module] = []  # the oracle's answers c_1, c_2, ...
         self.f = OBJECTIVES[hp.objective]
@@ -166,9 +166,10 @@ class Game:
         latest = self.statistics()  # of c_t: the initialisation c_0, then c_1, ...
         # the decision so far is the uniform mixture of c_1..c_t: its statistics are the mean
         # of theirs (Frank-Wolfe with step 1 / (t + 1))
+        stats = latest
         if t:
             self.total = latest if self.total is None else self.total + latest
-        stats = self.total / t if t else latest
+            stats = self.total / t
         sizes = go.Sizes.of(stats)
         f_value, f_grad = self.f(stats, sizes)
         g_value, g_grad = self.g(stats, sizes)
@@ -199,6 +200,7 @@ class Game:
             {"f": float(f), "g": float(g), "lambda": None if lam is None else float(lam)}
             for f, g, lam in self.trace
         ]
+        assert self.big_g is not None  # set by the first move
         info = {"G": float(self.big_g), "alpha": self.alpha, "trace": trace}
         return Outcome(info, components=self.components)
 
@@ -244,7 +246,8 @@ class CGOO(Method):
         total = steps * hp.iterations
         schedule = Schedule(q, steps)
         if self.private:
-            eps, delta = target.epsilon, target.delta
+            privacy = self.required_target(target)
+            eps, delta = privacy.epsilon, privacy.delta
             single = calibrate_noise_multiplier(1.0, 1, hp.count_share * eps, delta)
             count_std = single * math.sqrt(hp.iterations)  # T releases compose to `single`
             count = dp_event.GaussianDpEvent(count_std)
@@ -270,7 +273,7 @@ class CGOO(Method):
         on the device) at the start of each iteration of `steps` rounds; the oracle's steps
         run stacked across the trials, and each iteration ends by keeping each trial's model
         as a component."""
-        hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
+        hp, dev, schedule = self.hparams, trials[0].session.device, plan.loop
         models = init_models(hp, trials)
         stack = stack_models(models)
         data = StackedData([t.task for t in trials], dev)

@@ -249,7 +249,9 @@ class DPERMMitigation(Method):
             return replace(twin, info={**twin.info, "norm_clip": hp.norm_clip})
         counts = dp_event.LaplaceDpEvent(hp.count_scale)
         step_shape = StepShape(1, False, counts)
-        schedule = calibrated(hp, shape.n, target, hp.histogram_scale, step_shape)
+        schedule = calibrated(
+            hp, shape.n, self.required_target(target), hp.histogram_scale, step_shape
+        )
         q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
         ledger = PrivacyLedger()
         ledger.record(f"{GRADIENT} + {HISTOGRAM}", sgd_steps(q, sigma, steps, hp.histogram_scale))
@@ -272,7 +274,7 @@ class DPERMMitigation(Method):
         then per round the regularised gradients and the group sums. The trials' lambdas are
         all 0 or all > 0 (their plans are equal)."""
         hp, dev = self.hparams, trials[0].session.device
-        lams = [float(t.fairness.knob) for t in trials]
+        lams = [t.fairness.knob_value for t in trials]
 
         def outcomes(reports: list[dict]) -> list[Outcome]:
             return [

@@ -442,7 +442,7 @@ class DPFermi(Method):
         the data; the noise stays calibrated for all the steps). lambda = 0 and lambda > 0,
         and each drawn iterate, plan differently: they run in separate stacks. The parity
         switches (module docstring) change the schedule and the ledger only when set."""
-        hp, lam = self.hparams, float(fairness.knob)
+        hp, lam = self.hparams, fairness.knob_value
         for name in ("ermi", "logits"):
             if hp.switched(name) and shape.n_classes != 2:
                 raise ConfigError(
@@ -458,7 +458,7 @@ class DPFermi(Method):
         if releases == 0 or hp.switched("noise"):  # no noise, or the closed form's (below)
             schedule = uncalibrated(hp, shape.n)
         else:
-            schedule = calibrated(hp, shape.n, target, None, step_shape)
+            schedule = calibrated(hp, shape.n, self.required_target(target), None, step_shape)
         if hp.switched("batches"):  # fixed-size batches, each epoch's remainder dropped
             schedule = replace(
                 schedule,
@@ -466,9 +466,11 @@ class DPFermi(Method):
                 shuffle=hp.batch_size,
                 drop_last=True,
             )
-        sigmas, closed = [schedule.noise_multiplier] * releases, {}
+        sigmas = [schedule.noise_multiplier] * releases
+        closed: dict[str, float] = {}
         if hp.switched("noise") and releases:
-            sigmas, closed = self._closed_form(shape.n, schedule, target, lam, releases)
+            privacy = self.required_target(target)
+            sigmas, closed = self._closed_form(shape.n, schedule, privacy, lam, releases)
             schedule = replace(schedule, noise_multiplier=sigmas[0], calibrated=None)
         q, sigma = schedule.sampling_rate, schedule.noise_multiplier
         rounds = None
@@ -495,14 +497,14 @@ class DPFermi(Method):
             amplified = sgd_steps(q, sigma, schedule.steps, None, releases)
             if counts is not None:
                 amplified = dp_event.ComposedDpEvent([amplified, counts])
-            info["epsilon_paper_analysis"] = epsilon(amplified, target.delta)
+            info["epsilon_paper_analysis"] = epsilon(amplified, self.required_target(target).delta)
         info["returned_iterate"] = steps
         info |= {name: getattr(hp, name) for name in SWITCHES if hp.switched(name)} | closed
-        noise = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
+        noise: dict[str, float] = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
         if len(sigmas) == 2 and sigmas[1] != sigma:
             noise["w_gradient"] = sigmas[1]
         cells = shape.n_classes if fairness.constraint == "equalized_odds" else 1
-        details = {"cells": cells}
+        details: dict[str, float] = {"cells": cells}
         if len(sigmas) == 2 and sigmas[1] != sigma:
             details["w_noise_multiplier"] = sigmas[1]
         budget = schedule.budget(steps, **noise)
@@ -517,6 +519,8 @@ class DPFermi(Method):
         sensitive-attribute notion; theta's noised term and W's gradient are multiplied by
         lambda after the release). Also the row's info about them."""
         hp = self.hparams
+        if hp.rho is None:  # the hyperparameters' validator refuses it first
+            raise ValueError("noise: closed-form needs rho, the smallest group share")
         std_theta, std_w, steps = closed_form_noise(
             n, hp.batch_size, hp.epochs, target.epsilon, target.delta, hp.rho,
             hp.clip_norm, hp.w_diameter / 2,
@@ -539,8 +543,8 @@ class DPFermi(Method):
         """Each trial's marginals (its count release), then per round every trial's update on
         its own batch: noisy descent on theta, noisy projected ascent on W (not when lambda =
         0). The trials' lambdas are all 0 or all > 0 (their plans are equal)."""
-        hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
-        lams = [float(t.fairness.knob) for t in trials]
+        hp, dev, schedule = self.hparams, trials[0].session.device, plan.loop
+        lams = [t.fairness.knob_value for t in trials]
         positive, sensitive = lams[0] > 0, self.sensitive
         models = init_models(hp, trials)
         stack = stack_models(models)

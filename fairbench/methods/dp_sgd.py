@@ -61,7 +61,7 @@ class DPSGD(Method):
     ) -> Plan:
         """Sampling rate, steps and noise multiplier meeting the target on n records; one
         Poisson-sampled Gaussian per step."""
-        schedule = calibrated(self.hparams, shape.n, target)
+        schedule = calibrated(self.hparams, shape.n, self.required_target(target))
         ledger = PrivacyLedger()
         q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
         ledger.record(LABEL, sgd_steps(q, sigma, steps))
@@ -72,7 +72,7 @@ class DPSGD(Method):
         return stackable(self.hparams.model, self.hparams.grad_engine)
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        hp, schedule = self.hparams, plan.schedule
+        hp, schedule = self.hparams, plan.loop
         models = init_models(hp, trials)
         stack = stack_models(models, hp.grad_engine)
         data = StackedData([t.task for t in trials], trials[0].session.device)

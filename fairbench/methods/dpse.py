@@ -286,20 +286,21 @@ class DPSE(Method):
         classify = shape.n_classes > 0  # a regression task has no classes
         if classify and shape.n_classes != 2:
             raise ConfigError(f"method {self.name} handles regression and binary tasks only")
-        hp, rho = self.hparams, self._calibrate(target)
+        hp, privacy = self.hparams, self.required_target(target)
+        rho = self._calibrate(privacy)
         info: dict[str, Any] = {"steps": hp.steps, "stage1_rho": 0.0, "count_rho": 0.0}
         if self._standard(fairness.knob):
             ledger = PrivacyLedger()
         else:
-            budget = self._budget(rho, shape.n_groups)
+            split = self._budget(rho, shape.n_groups)
             ledger = PrivacyLedger(parallel_groups=hp.composition == "parallel")
-            for label, event, group in self._stage1_plan(budget, shape.n_groups, classify):
+            for label, event, group in self._stage1_plan(split, shape.n_groups, classify):
                 ledger.record(label, event, group)
-            info |= {"stage1_rho": budget.stage1, "count_rho": budget.counts}
+            info |= {"stage1_rho": split.stage1, "count_rho": split.counts}
         info["rho"] = rho
         if classify:  # the bound is on a group's mean logistic loss, not its error rate
             info["bounded_loss"] = "log_loss"
-        info["epsilon_paper_zcdp"] = rho + 2 * math.sqrt(rho * math.log(1 / target.delta))
+        info["epsilon_paper_zcdp"] = rho + 2 * math.sqrt(rho * math.log(1 / privacy.delta))
         # full-batch rounds; the zCDP budget rho is what the accountant solved for
         budget = Budget(hp.steps, None, {"rho": rho}, "rho")
         return Plan(ledger, budget=budget, info=info)
@@ -398,7 +399,8 @@ class DPSE(Method):
         # per group, what its records pay by parallel composition: under `parallel` the
         # target (their max); under `sequential` information, at the coarser (faster) grid
         interval = REPORT_DISCRETISATION if hp.composition == "parallel" else SEARCH_DISCRETISATION
-        info["group_epsilons"] = session.ledger().group_epsilons(session.budget.delta, interval)
+        delta = self.required_target(session.budget).delta
+        info["group_epsilons"] = session.ledger().group_epsilons(delta, interval)
         return Outcome(info, _model(theta, task, classify))
 
     def _calibrate(self, privacy: PrivacyBudget) -> float:

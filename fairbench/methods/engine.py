@@ -31,6 +31,7 @@ from torch import nn
 from fairbench.errors import ConfigError
 from fairbench.methods.plan import Budget, DataShape, Plan, Schedule
 from fairbench.methods.trial import (
+    Calibrated,
     Device,
     FairnessSpec,
     Fitted,
@@ -74,7 +75,7 @@ def uncalibrated(hp: TrainingHparams, n: int) -> Schedule:
 
 
 def calibrated(
-    hp: TrainingHparams,
+    hp: Calibrated,
     n: int,
     privacy: PrivacyBudget,
     laplace_scale: float | None = None,
@@ -89,6 +90,8 @@ def calibrated(
         steps = max(1, round(hp.epochs / q))
         sigma = calibrate_noise_multiplier(q, steps, eps, delta, laplace_scale, shape)
         return Schedule(q, steps, sigma, "noise_multiplier")
+    if hp.noise_multiplier is None:  # the hyperparameters' validator refuses it first
+        raise ConfigError("calibrate: steps needs noise_multiplier")
     sigma = float(hp.noise_multiplier)
     steps = calibrate_steps(q, sigma, eps, delta, laplace_scale, shape)
     return Schedule(q, steps, sigma, "steps")
@@ -257,7 +260,7 @@ def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
                 budget=outcome.budget if outcome.budget is not None else plan.budget,
                 derived=outcome.derived,
             )
-    return fits  # type: ignore[return-value]
+    return fits  # type: ignore[return-value]  # each trial is in one group: none is left None
 
 
 def rounds(sessions: list[PrivacySession], n: int, plan: Plan) -> Callable[[], StackedBatches]:

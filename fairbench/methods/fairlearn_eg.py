@@ -87,6 +87,9 @@ class FairlearnEGHparams(Hparams):
 class LinearRule(nn.Module):
     """One deterministic classifier of the mixture: class 1 where w.x + b > 0, in float64."""
 
+    w: torch.Tensor
+    b: torch.Tensor
+
     def __init__(self, w: np.ndarray, b: float) -> None:
         super().__init__()
         self.register_buffer("w", torch.as_tensor(np.asarray(w, dtype=np.float64)))
@@ -154,7 +157,7 @@ class FairlearnEG(Method):
         from fairlearn import reductions
 
         task, fairness, session = trial.task, trial.fairness, trial.session
-        hp, bound = self.hparams, float(fairness.knob)
+        hp, bound = self.hparams, fairness.knob_value
         moment = getattr(reductions, MOMENTS[fairness.constraint])(difference_bound=bound)
         eg = reductions.ExponentiatedGradient(
             self._estimator(session.seed),
@@ -181,12 +184,14 @@ class FairlearnEG(Method):
             "weights": weights.tolist(),
         }
         dev = session.device
-        rules = [r.to(dev) for r in rules]
+        components: list[nn.Module] = [r.to(dev) for r in rules]
         # a step here is one oracle call: a full-data logistic-regression fit
         budget = Budget(int(eg.n_oracle_calls_))
         if len(rules) == 1:  # a one-component mixture is a deterministic classifier
-            return Outcome(info, rules[0], budget=budget)
-        return Outcome(info, rules[-1], components=rules, weights=weights.tolist(), budget=budget)
+            return Outcome(info, components[0], budget=budget)
+        return Outcome(
+            info, components[-1], components=components, weights=weights.tolist(), budget=budget
+        )
 
     def stepper(
         self, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"

@@ -328,7 +328,8 @@ class JagielskiOracle(Method):
         steps = inner * hp.iterations
         schedule = Schedule(q, steps)
         if self.private:
-            eps, delta = target.epsilon, target.delta
+            privacy = self.required_target(target)
+            eps, delta = privacy.epsilon, privacy.delta
             releases = hp.iterations + 1  # the counts, then one histogram per round
             scale = hp.auditor_scale or laplace_scale(releases, hp.auditor_share * eps, delta)
             laplace = dp_event.LaplaceDpEvent(scale)
@@ -357,8 +358,8 @@ class JagielskiOracle(Method):
         }
         if self.private:
             # the paper's per-round epsilon' (its advanced composition), for reference only
-            per_round = 4 * math.sqrt(hp.iterations * math.log(1 / target.delta))
-            info["epsilon_per_round_paper"] = target.epsilon / per_round
+            per_round = 4 * math.sqrt(hp.iterations * math.log(1 / delta))
+            info["epsilon_per_round_paper"] = eps / per_round
         budget = schedule.budget(**({"laplace": scale} if self.private else {}))
         details = {"constraint": fairness.constraint}
         return Plan(ledger, schedule, budget=budget, info=info, details=details)
@@ -394,7 +395,7 @@ class JagielskiOracle(Method):
             hist = auditors[t](one_hot(pred, 2, torch.float32), data.trial_rows(cell, t), 2 * k)
             return hist.view(k, 2, 2)
 
-        gammas = [float(t.fairness.knob) for t in trials]
+        gammas = [t.fairness.knob_value for t in trials]
         bounds = torch.tensor([hp.bound or 1 / g for g in gammas], device=dev)
         game = Game(
             plan.details["constraint"],
@@ -404,7 +405,7 @@ class JagielskiOracle(Method):
             hp.eta0,
             release,
         )
-        learn = self._learner(models, data, cell, game, plan.schedule, sessions)
+        learn = self._learner(models, data, cell, game, plan.loop, sessions)
         mixtures: list[list[nn.Module]] = [[] for _ in trials]
         done = 0
 

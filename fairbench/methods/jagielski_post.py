@@ -262,7 +262,7 @@ class JagielskiPost(Method):
         models = init_models(hp, trials)
         stack = stack_models(models)
         data = StackedData([replace(task, train=base_records)], session.device)
-        schedule = plan.schedule
+        schedule = plan.loop
         noisy = session.private and not self.sensitive
         sigma = schedule.noise_multiplier
         sums = [session.gaussian_sum(BASE, hp.clip_norm, sigma)] if noisy else []
@@ -283,7 +283,7 @@ class JagielskiPost(Method):
             stack.descend(grads, step_size)
 
         def outcomes() -> list[Outcome]:
-            gamma, constraint = float(trial.fairness.knob), trial.fairness.constraint
+            gamma, constraint = trial.fairness.knob_value, trial.fairness.constraint
             scale = plan.info["laplace_scale"]
             counts = self._histogram(models[0], post_records, task.n_groups, session, scale)
             bound, slack = self._bound(counts, constraint, gamma, scale, session)

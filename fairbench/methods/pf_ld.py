@@ -383,10 +383,10 @@ class PFLD(Method):
         if self.sensitive:
             steps = max(1, round(hp.epochs / min(1.0, hp.batch_size / n)))
             step_shape = StepShape(1, True, self._dual_event(n, steps))
-            schedule = calibrated(hp, n, target, None, step_shape)
+            schedule = calibrated(hp, n, self.required_target(target), None, step_shape)
         else:
             step_shape = StepShape(1, False, dp_event.LaplaceDpEvent(hp.count_scale))
-            schedule = calibrated(hp, n, target, hp.laplace_scale, step_shape)
+            schedule = calibrated(hp, n, self.required_target(target), hp.laplace_scale, step_shape)
         key, scale = ("dual", hp.dual_scale) if self.sensitive else ("laplace", hp.laplace_scale)
         counts = {} if self.sensitive else {"count": hp.count_scale}
         info = {

@@ -68,7 +68,7 @@ class Schedule:
     shuffle: int | None = None
     drop_last: bool = False
 
-    def budget(self, steps: int | None = None, **other_noise: float) -> Budget:
+    def budget(self, steps: int | None = None, /, **other_noise: float) -> Budget:
         """The trial's `Budget`: the Gaussian noise under `gradient`, other releases' scales by
         name; `steps` when fewer were run than scheduled."""
         steps = self.steps if steps is None else steps
@@ -105,6 +105,13 @@ class Plan:
     budget: Budget | None = None
     info: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def loop(self) -> Schedule:
+        """The schedule of a plan the engine loops over (what a method's program reads)."""
+        if self.schedule is None:
+            raise ValueError("the plan has no schedule: its method runs its own loop")
+        return self.schedule
 
     @property
     def loop_rounds(self) -> int:

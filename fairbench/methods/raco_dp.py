@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -75,6 +75,7 @@ from pydantic import Field, model_validator
 from scipy.stats import poisson
 
 from fairbench import constraints
+from fairbench.constraints import RateConstraintSet
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
@@ -315,7 +316,7 @@ class SGDA(Method):
         rate_tolerance=True,
         typical=0.05,
     )
-    Hparams = SGDAHparams
+    Hparams: ClassVar[type[SGDAHparams]] = SGDAHparams
     hparams: SGDAHparams
 
     def schedule(self, n: int, target: PrivacyBudget | None) -> Schedule:
@@ -356,13 +357,17 @@ class SGDA(Method):
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
-    def _constraints(self, fairness: FairnessSpec, task: Task) -> constraints.RateConstraintSet:
+    def _constraints(self, fairness: FairnessSpec, task: Task) -> RateConstraintSet:
         return constraints.build(
-            fairness.constraint, fairness.definition, task.n_classes, task.n_groups, fairness.knob
+            fairness.constraint,
+            fairness.definition,
+            task.n_classes,
+            task.n_groups,
+            fairness.knob_value,
         )
 
     @staticmethod
-    def _parts(cs: constraints.RateConstraintSet, task: Task) -> np.ndarray:
+    def _parts(cs: RateConstraintSet, task: Task) -> np.ndarray:
         """Each training record's part of the constraint set's partition."""
         parts = cs.parts_of(task.train.y, task.train.s)
         empty = sorted(set(range(cs.n_parts)) - set(np.unique(parts)))
@@ -374,7 +379,7 @@ class SGDA(Method):
         return parts
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
+        hp, dev, schedule = self.hparams, trials[0].session.device, plan.loop
         sets = [self._constraints(t.fairness, t.task) for t in trials]
         data = StackedData([t.task for t in trials], dev)
         part = data.per_record(lambda task: self._parts(sets[0], task), torch.int64)
@@ -474,7 +479,7 @@ class RaCODP(SGDA):
         hp, shape = self.hparams, PLAIN
         if hp.denominators == "frozen":
             shape = StepShape(extra=frozen_counts(min(1.0, hp.batch_size / n), hp.laplace_scale))
-        return calibrated(hp, n, privacy, hp.laplace_scale, shape)
+        return calibrated(hp, n, self.required_target(privacy), hp.laplace_scale, shape)
 
     def laplace_scale(self) -> float:
         return self.hparams.laplace_scale

@@ -5,7 +5,7 @@ session), the fitted predictor, and the device a trial runs on."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -62,7 +62,24 @@ class CalibratedHparams(TrainingHparams):
         return self
 
 
-def check_one_free_quantity(hp: TrainingHparams) -> None:
+class Calibrated(Protocol):
+    """Hyperparameters with one free quantity: `CalibratedHparams`, or a class declaring its
+    two fields itself (RaCO-DP's, whose defaults differ)."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def epochs(self) -> float: ...
+
+    @property
+    def calibrate(self) -> Literal["noise", "steps"]: ...
+
+    @property
+    def noise_multiplier(self) -> float | None: ...
+
+
+def check_one_free_quantity(hp: Calibrated) -> None:
     """`calibrate: noise` solves for sigma, `calibrate: steps` for the step count given
     `noise_multiplier`: exactly one of the two is free (a pydantic validator's check)."""
     if hp.calibrate == "steps" and hp.noise_multiplier is None:
@@ -79,6 +96,13 @@ class FairnessSpec:
     constraint: str
     knob: float | None = None
     definition: dict[str, Any] | None = None  # a user-declared rate-constraint set, if any
+
+    @property
+    def knob_value(self) -> float:
+        """`knob` for a method that needs one (`Method.check` refuses a trial without it)."""
+        if self.knob is None:
+            raise ConfigError(f"constraint {self.constraint}: the method needs a knob value")
+        return float(self.knob)
 
 
 @dataclass(frozen=True)
@@ -200,6 +224,17 @@ class Fitted:
         self.model.eval()
         x = torch.as_tensor(X, dtype=torch.float32, device=self.device)
         return self.model(x).squeeze(-1).double().cpu().numpy()
+
+
+DEVICES: tuple[Device, ...] = ("cpu", "cuda", "auto")
+
+
+def as_device(name: str, what: str = "device") -> Device:
+    """`name` as a `Device`; any other name is a ConfigError (`what` names the option)."""
+    for device in DEVICES:
+        if name == device:
+            return device
+    raise ConfigError(f"{what} {name!r}: choose cpu, cuda or auto")
 
 
 def resolve_device(device: Device) -> torch.device:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 from torch import nn
@@ -33,6 +33,26 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
+@overload
+def build_model(
+    kind: Literal["logistic"],
+    n_features: int,
+    n_classes: int,
+    hidden: int = 32,
+    generator: torch.Generator | None = None,
+) -> LogisticRegression: ...
+
+
+@overload
+def build_model(
+    kind: ModelKind,
+    n_features: int,
+    n_classes: int,
+    hidden: int = 32,
+    generator: torch.Generator | None = None,
+) -> nn.Module: ...
 
 
 def build_model(

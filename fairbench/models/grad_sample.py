@@ -65,8 +65,9 @@ class PerSampleGradients:
 
     def __init__(self, model: nn.Module, engine: Literal["auto", "opacus"] = "auto") -> None:
         self.model = model
-        fast = engine == "auto" and isinstance(model, LogisticRegression)
-        self.linear = model.linear if fast else None
+        self.linear = (
+            model.linear if engine == "auto" and isinstance(model, LogisticRegression) else None
+        )
         self._gsm = (
             None if self.linear is not None else GradSampleModule(model, loss_reduction="sum")
         )
@@ -77,15 +78,15 @@ class PerSampleGradients:
         """`logits`, when the caller already has them for `x` at the current parameters, spare
         the linear path a forward pass."""
         if self.linear is not None:
-            return self._linear(x, per_sample_loss, logits)
+            return self._linear(self.linear, x, per_sample_loss, logits)
         if x.shape[0] == 0:  # a Poisson batch may be empty: no record contributes
             return Rows([p.new_zeros((0, *p.shape)) for p in self.model.parameters()])
-        return self._generic(x, per_sample_loss)
+        return self._generic(self._gsm, x, per_sample_loss)
 
-    def _linear(self, x, per_sample_loss, logits) -> OuterProducts:
+    def _linear(self, linear: nn.Linear, x, per_sample_loss, logits) -> OuterProducts:
         if logits is None:
             with torch.no_grad():
-                logits = self.linear(x)
+                logits = linear(x)
         logits = logits.detach()
         closed_form = getattr(per_sample_loss, "logit_grad", None)
         if closed_form is not None:
@@ -95,12 +96,12 @@ class PerSampleGradients:
             (g,) = torch.autograd.grad(per_sample_loss(logits).sum(), logits)
         return OuterProducts(g, x)
 
-    def _generic(self, x, per_sample_loss) -> Rows:
-        params = [p for p in self._gsm.parameters() if p.requires_grad]
+    def _generic(self, gsm: GradSampleModule, x, per_sample_loss) -> Rows:
+        params = [p for p in gsm.parameters() if p.requires_grad]
         for p in params:
             p.grad = None
             p.grad_sample = None
-        per_sample_loss(self._gsm(x)).sum().backward()
+        per_sample_loss(gsm(x)).sum().backward()
         rows = Rows([p.grad_sample for p in params])
         for p in params:
             p.grad = None

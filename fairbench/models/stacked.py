@@ -35,7 +35,7 @@ class OneTrial:
 class StackedLinear:
     """T logistic regressions trained together (see the module docstring)."""
 
-    def __init__(self, models: list[nn.Module]) -> None:
+    def __init__(self, models: list[LogisticRegression]) -> None:
         layers = [m.linear for m in models]
         self.weight = torch.stack([layer.weight.detach() for layer in layers])
         self.bias = torch.stack([layer.bias.detach() for layer in layers])
@@ -93,8 +93,9 @@ class OneModel:
 def stack_models(models: list[nn.Module], engine: Literal["auto", "opacus"] = "auto"):
     """`StackedLinear` for logistic regressions on the closed-form path, else `OneModel`
     (which takes one trial: `stackable` says whether a stack may hold more)."""
-    if isinstance(models[0], LogisticRegression) and engine == "auto":
-        return StackedLinear(models)
+    logistic = [m for m in models if isinstance(m, LogisticRegression)]
+    if engine == "auto" and len(logistic) == len(models) > 0:
+        return StackedLinear(logistic)
     if len(models) != 1:
         raise ValueError(f"{type(models[0]).__name__} models train one trial at a time")
     return OneModel(models[0], engine)

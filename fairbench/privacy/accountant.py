@@ -13,7 +13,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TypeVar
 
 import numpy as np
 from dp_accounting import dp_event
@@ -26,8 +25,6 @@ SEARCH_DISCRETISATION = 1e-3
 MAX_NOISE_MULTIPLIER = 1e4
 MAX_STEPS = 10_000_000
 MIN_NOISE_MULTIPLIER = 1e-3  # the noise search stops here: any less noise also meets the target
-
-Param = TypeVar("Param", int, float)
 
 
 def at_search_bound(steps: int, noise_multiplier: float) -> bool:
@@ -108,18 +105,18 @@ def _check_extra(shape: StepShape, target_epsilon: float, delta: float) -> None:
 
 
 def _solve_monotone(
-    epsilon_of: Callable[[Param, float], float],
+    epsilon_of: Callable[[float, float], float],
     target: float,
     *,
     increasing: bool,
-    start: Param,
-    limits: tuple[Param, Param],
+    start: float,
+    limits: tuple[float, float],
     integer: bool = False,
     rel_tol: float = 1e-3,
     start_meets: bool = False,
     cap: bool = False,
     infeasible: str = "no value within the search limits meets the target",
-) -> Param:
+) -> float:
     """The boundary value of a parameter that `epsilon_of(value, discretisation)` is monotone
     in, where it crosses `target`: the smallest noise meeting it (`increasing=False`) or the
     largest step count (`increasing=True`). One search for every calibration, as dp-accounting's
@@ -131,14 +128,15 @@ def _solve_monotone(
     it still is, and bisects (geometrically to `rel_tol`, or to adjacent integers). Doubling
     away past `limits` returns that limit if `cap`, else bisects up to the first value past it,
     unevaluated. Last, it steps towards privacy by a factor `rel_tol` until the reported
-    epsilon meets the target.
+    epsilon meets the target. With `integer` (and int `start` and `limits`) every value it
+    tries, and the one it returns, is an int.
     """
     lower, upper = limits
 
-    def eps(value: Param, interval: float = SEARCH_DISCRETISATION) -> float:
+    def eps(value: float, interval: float = SEARCH_DISCRETISATION) -> float:
         return epsilon_of(value, interval)
 
-    def double(value: Param, away: bool) -> Param:  # away: towards less privacy
+    def double(value: float, away: bool) -> float:  # away: towards less privacy
         if away == increasing:
             return value * 2
         return value // 2 if integer else value / 2
@@ -229,9 +227,9 @@ def calibrate_steps(
     )
     _check_extra(shape, target_epsilon, delta)
 
-    def eps(steps: int, interval: float) -> float:
+    def eps(steps: float, interval: float) -> float:  # an int: the search is `integer`
         return _sgd_epsilon(
-            sampling_rate, noise_multiplier, steps, laplace_scale, delta, interval, shape
+            sampling_rate, noise_multiplier, int(steps), laplace_scale, delta, interval, shape
         )
 
     if eps(1, REPORT_DISCRETISATION) > target_epsilon:
@@ -239,15 +237,17 @@ def calibrate_steps(
             f"even one step exceeds epsilon={target_epsilon} at noise multiplier "
             f"{noise_multiplier}; raise the noise multiplier (or the Laplace scale)"
         )
-    return _solve_monotone(
-        eps,
-        target_epsilon,
-        increasing=True,
-        start=1,
-        limits=(1, MAX_STEPS),
-        integer=True,
-        start_meets=True,
-        cap=True,
+    return int(
+        _solve_monotone(
+            eps,
+            target_epsilon,
+            increasing=True,
+            start=1,
+            limits=(1, MAX_STEPS),
+            integer=True,
+            start_meets=True,
+            cap=True,
+        )
     )
 
 

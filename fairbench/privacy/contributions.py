@@ -21,7 +21,7 @@ own trial's sum.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 import numpy as np
 import torch
@@ -36,16 +36,21 @@ def clip_factors(norms: Array, max_norm: float) -> Array:
     return (max_norm / (norms + 1e-12)).clamp(max=1.0)
 
 
-class Contributions(Protocol):
-    """What a clipped-sum mechanism needs: each record's norm and the weighted sum."""
+A = TypeVar("A", bound=Array)
 
-    dtype: torch.dtype | np.dtype
+
+class Contributions(Protocol[A]):
+    """What a clipped-sum mechanism needs: each record's norm and the weighted sum (`A`: the
+    arrays they come in, the clip factors' too)."""
+
+    @property
+    def dtype(self) -> torch.dtype | np.dtype: ...
 
     def __len__(self) -> int: ...
 
-    def norms(self) -> Array: ...
+    def norms(self) -> A: ...
 
-    def weighted_sum(self, factors: Array | None) -> list[Array]:
+    def weighted_sum(self, factors: A | None) -> list[A]:
         """sum_i f_i v_i, one array per part; `factors` None: unweighted."""
         ...
 
@@ -68,12 +73,13 @@ class Rows:
         return self.parts[0].dtype
 
     def norms(self) -> Array:
-        if isinstance(self.parts[0], np.ndarray):
+        if arrays := [p for p in self.parts if isinstance(p, np.ndarray)]:  # numpy parts
             flat = np.concatenate(
-                [p.reshape(len(p), p[0].size if len(p) else 0) for p in self.parts], axis=1
+                [p.reshape(len(p), p[0].size if len(p) else 0) for p in arrays], axis=1
             )
             return np.linalg.norm(flat, axis=1)
-        return torch.cat([p.flatten(1) for p in self.parts], dim=1).norm(dim=1)
+        tensors = [p for p in self.parts if isinstance(p, torch.Tensor)]
+        return torch.cat([p.flatten(1) for p in tensors], dim=1).norm(dim=1)
 
     def weighted_sum(self, factors: Array | None) -> list[Array]:
         if factors is None:
@@ -188,7 +194,7 @@ class StackedScattered:
     rows: torch.Tensor
     index: torch.Tensor
     n_targets: int
-    sizes: list[int]
+    sizes: list[int]  # or, where they were not read (on a device), B for every trial
 
     @classmethod
     def masked(
@@ -197,12 +203,14 @@ class StackedScattered:
         index: torch.Tensor,
         n_targets: int,
         mask: torch.Tensor | None,
-        sizes: list[int],
+        sizes: list[int] | None,
     ) -> StackedScattered:
-        """`mask` (T, B) marks real rows; None: no padding."""
+        """`mask` (T, B) marks real rows; None: no padding. `sizes` None: not read."""
         if mask is not None:
             rows = rows * mask.view(*mask.shape, *[1] * (rows.dim() - 2)).to(rows.dtype)
-        return cls(rows, index, n_targets, sizes)
+        return cls(
+            rows, index, n_targets, [rows.shape[1]] * rows.shape[0] if sizes is None else sizes
+        )
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -251,7 +259,17 @@ def as_float64(contributions: Contributions) -> Contributions:
     raise TypeError(f"unknown contributions {type(contributions).__name__}")
 
 
-def clipped_sum(contributions: Contributions, max_norm: float) -> list[Array]:
+@overload
+def clipped_sum(
+    contributions: Contributions[torch.Tensor], max_norm: float
+) -> list[torch.Tensor]: ...
+
+
+@overload
+def clipped_sum(contributions: Contributions[Array], max_norm: float) -> list[Array]: ...
+
+
+def clipped_sum(contributions: Contributions[Any], max_norm: float) -> list[Any]:
     """sum_i clip(v_i, max_norm): the one clipping implementation (inf: no clipping)."""
     if not np.isfinite(max_norm):
         return contributions.weighted_sum(None)

@@ -38,7 +38,7 @@ _DEFAULT_ORDERS = np.asarray(rdp_privacy_accountant.RdpAccountant().orders)
 _INTEGER_ORDERS = np.arange(2, 257)
 
 
-def _shared_pair(event: dp_event.DpEvent) -> tuple[float, float | None, float | None] | None:
+def _shared_pair(event: dp_event.DpEvent) -> tuple[float, float | None, float] | None:
     """(q, sigma, Laplace scale) when `event` is one Poisson batch with a Laplace among its
     releases (RaCO-DP's step), else None."""
     if isinstance(event, dp_event.PoissonSampledDpEvent) and isinstance(
@@ -108,6 +108,8 @@ def _rdp(event: dp_event.DpEvent, orders: np.ndarray) -> np.ndarray:
         event.event, dp_event.ComposedDpEvent
     ):  # Gaussians sharing a batch are one Gaussian (an exact identity)
         sigma, _ = pld.one_batch(event.event)
+        if sigma is None:  # nothing released on the batch: no Gaussian to stand for it
+            raise _NotExpressible(f"no Gaussian on one batch: {event}")
         event = dp_event.PoissonSampledDpEvent(
             event.sampling_probability, dp_event.GaussianDpEvent(float(sigma))
         )
@@ -180,8 +182,12 @@ def laplace_closed_form(event: dp_event.DpEvent) -> float | None:
         inner = laplace_closed_form(event.event)
         return None if inner is None else event.count * inner
     if isinstance(event, dp_event.ComposedDpEvent):
-        parts = [laplace_closed_form(e) for e in event.events]
-        return None if any(p is None for p in parts) else sum(parts)
+        total = 0.0
+        for part in event.events:
+            if (inner := laplace_closed_form(part)) is None:
+                return None
+            total += inner
+        return total
     return None
 
 

@@ -57,7 +57,7 @@ from fairbench.errors import ConfigError
 from fairbench.privacy.sync import host_reads_free
 
 Kind = Literal["gaussian", "laplace"]
-Value = TypeVar("Value", torch.Tensor, np.ndarray, list[torch.Tensor])
+Value = TypeVar("Value", torch.Tensor, np.ndarray, list[torch.Tensor | np.ndarray])
 # (kind, exact value, noisy value) -> the value the method receives
 ReleaseObserver = Callable[[Kind, Value, Value], Value]
 
@@ -326,7 +326,8 @@ def stacked_noisy_sums(
     that trial alone. Float samplers draw each trial's noise from its own stream and add it in
     one tensor program; other sources (or an installed observer) go trial by trial."""
     n_trials = len(sources)
-    if _observer is not None or not all(isinstance(x, FloatNoise) for x in sources):
+    floats = [x for x in sources if isinstance(x, FloatNoise)]
+    if _observer is not None or len(floats) != n_trials:
         per_trial = [
             noisy_sums(kind, source, [s[t] for s in sums], multiplier, sensitivity, records[t])
             for t, source in enumerate(sources)
@@ -334,7 +335,7 @@ def stacked_noisy_sums(
         return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
     flat = torch.cat([s.reshape(n_trials, -1).double() for s in sums], dim=1)
     draw = stacked_standard_gaussian if kind == "gaussian" else stacked_standard_laplace
-    noise = draw([x.generator for x in sources], flat.shape[1])
+    noise = draw([x.generator for x in floats], flat.shape[1])
     noisy = (flat + noise.mul_(multiplier * sensitivity)).split([s[0].numel() for s in sums], 1)
     return [piece.reshape(s.shape).to(s.dtype) for piece, s in zip(noisy, sums, strict=True)]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TypeAlias
 
 import attrs
 import numpy as np
@@ -30,7 +31,7 @@ from scipy.special import log_ndtr
 
 from fairbench.errors import ConfigError
 
-PLD = pld_lib.PrivacyLossDistribution
+PLD: TypeAlias = pld_lib.PrivacyLossDistribution
 NEGLIGIBLE_DELTA = 1e-22  # hockey-stick mass left at +infinity (dp-accounting's: e^-50)
 MAX_GRID_POINTS = 2_000_000  # beyond, the remaining mass goes to +infinity (pessimistic)
 SMALLEST_INTERVAL = 1e-4
@@ -176,8 +177,12 @@ def _gaussian_precision(event: dp_event.DpEvent) -> float | None:
         inner = _gaussian_precision(event.event)
         return None if inner is None else event.count * inner
     if isinstance(event, dp_event.ComposedDpEvent) and event.events:
-        parts = [_gaussian_precision(part) for part in event.events]
-        return None if any(p is None for p in parts) else sum(parts)
+        total = 0.0
+        for part in event.events:
+            if (inner := _gaussian_precision(part)) is None:
+                return None
+            total += inner
+        return total
     return None
 
 
@@ -207,6 +212,8 @@ def build(event: dp_event.DpEvent, interval: float, pessimistic: bool = True) ->
         sigma, laplace = one_batch(event.event)
         if laplace is not None:
             raise ConfigError("substitution-sampled Laplace releases are not supported")
+        if sigma is None:
+            raise ConfigError(f"substitution-sampled release without a Gaussian: {event}")
         return _substitution_gaussian(event.sampling_probability, sigma, interval)
     q = 1.0
     if isinstance(event, dp_event.PoissonSampledDpEvent):

@@ -93,7 +93,7 @@ def _sampled(
         raise ValueError(f"need 0 <= q <= 1 and integer orders >= 2 (q={q})")
     if q == 0:
         return np.zeros(len(a))
-    gauss = 0.0 if sigma is None else a / (2 * sigma**2)
+    gauss = np.zeros(len(a)) if sigma is None else a / (2 * sigma**2)
     if q == 1:  # the unsampled pair: Gaussian and Laplace RDP add (independent coordinates)
         laplace = 0.0 if scale is None else _log_laplace_moment(a, scale) / (a - 1)
         return gauss + laplace

@@ -23,17 +23,18 @@ def shuffled_batches(
     declared not accounted: `PrivacySession.shuffled`). The last batch of an epoch has the
     n mod batch_size records left, or with `drop_last` is skipped: every batch then has
     batch_size records and those records sit the epoch out."""
-    state = {"perm": torch.empty(0, dtype=torch.int64, device=device), "pos": 0}
+    perm, pos = torch.empty(0, dtype=torch.int64, device=device), 0
     end = n - n % batch_size if drop_last else n
     if drop_last and end == 0:
         raise ValueError(f"no full batch of {batch_size} in {n} records")
 
     def next_batch() -> torch.Tensor:
-        if state["pos"] >= min(end, len(state["perm"])):  # the epoch is done (or not begun)
-            state["perm"] = torch.randperm(n, generator=gen, device=device)
-            state["pos"] = 0
-        batch = state["perm"][state["pos"] : state["pos"] + batch_size]
-        state["pos"] += batch_size
+        nonlocal perm, pos
+        if pos >= min(end, len(perm)):  # the epoch is done (or not begun)
+            perm = torch.randperm(n, generator=gen, device=device)
+            pos = 0
+        batch = perm[pos : pos + batch_size]
+        pos += batch_size
         return batch
 
     return next_batch
@@ -90,7 +91,7 @@ def poisson_batches(
         checks.fail_if("poisson chunk", positions[-1] < n, shortfall)
         return positions[positions < n].long()
 
-    next_device_batch.checks = checks  # type: ignore[attr-defined]
+    next_device_batch.checks = checks  # type: ignore[attr-defined]  # a function attribute, for tests
     return next_device_batch
 
 

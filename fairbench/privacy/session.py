@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -373,6 +374,9 @@ class GaussianSum:
         return session.noise(self.label, self.group, device)
 
 
+Cells = TypeVar("Cells", torch.Tensor, np.ndarray)
+
+
 class GaussianCounts:
     """How many records fall in each of `n_cells` cells, plus N(0, (nm * sensitivity)^2) per
     cell. Each record is in one cell, so the l2 sensitivity is 1 (sqrt 2 under substitution)."""
@@ -381,7 +385,7 @@ class GaussianCounts:
         self.session, self.label = session, label
         self.noise_multiplier, self.group = noise_multiplier, group
 
-    def __call__(self, cells: Array, n_cells: int, batch: Batch | None = None) -> Array:
+    def __call__(self, cells: Cells, n_cells: int, batch: Batch | None = None) -> Cells:
         if isinstance(cells, np.ndarray):
             counts = np.bincount(cells, minlength=n_cells).astype(np.float64)
         else:
@@ -489,7 +493,11 @@ def _device(value: Array) -> torch.device:
 
 
 def _as_dtype(value: Array, dtype: torch.dtype | np.dtype) -> Array:
-    return value.astype(dtype) if isinstance(value, np.ndarray) else value.to(dtype)
+    if isinstance(value, torch.Tensor) and isinstance(dtype, torch.dtype):
+        return value.to(dtype)
+    if isinstance(value, np.ndarray) and not isinstance(dtype, torch.dtype):
+        return value.astype(dtype)
+    raise TypeError(f"a {type(value).__name__} cannot take the dtype {dtype}")
 
 
 def ledger_of(
@@ -533,7 +541,9 @@ def ledger_of(
                 if len(parts) == 1
                 else dp_event.ComposedDpEvent([r.event for r in parts])
             )
-            event = sampled(parts[0].rate, inner)
+            rate = parts[0].rate
+            assert rate is not None  # a release with a round read a sampled batch (`_record`)
+            event = sampled(rate, inner)
             built[key] = (event, repr(event))
         event, event_text = built[key]
         events[event_text] = event

@@ -13,7 +13,7 @@ reference semantics the fast path is tested against.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -87,7 +87,9 @@ def shuffled_rounds(
     return next_round
 
 
-def _plain(mechanisms: list, kind: type, parameters: tuple[str, ...]) -> bool:
+def _plain(
+    mechanisms: list, kind: type[GaussianSum | LaplaceHistogram], parameters: tuple[str, ...]
+) -> bool:
     """Every mechanism is the session's own `kind` with float noise, and all share their
     parameters and privacy: the stack can be released in one pass."""
     first = mechanisms[0]
@@ -126,11 +128,11 @@ def laplace_histograms(
     parts: torch.Tensor,
     n_parts: int,
     sizes: list[int] | None,
-    batches: list[Batch],
+    batches: Sequence[Batch | None],
 ) -> torch.Tensor:
     """Trial t's noisy histogram from `mechanisms[t]`: rows (T, B, K) of l1 norm <= 1 summed
     into `n_parts` parts by `parts` (T, B); padding rows (beyond `sizes[t]`, or marked by the
-    round's mask when the sizes were not read) must be zero.
+    round's mask when the sizes were not read) must be zero. A batch None: a full pass.
     Returns (T, n_parts, K)."""
     n_trials, width = rows.shape[0], rows.shape[-1]
     first = mechanisms[0]

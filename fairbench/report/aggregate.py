@@ -154,7 +154,7 @@ def dominated(errors: np.ndarray, violations: np.ndarray) -> np.ndarray:
     e, v = errors[:, None], violations[:, None]
     better_eq = (errors[None, :] <= e) & (violations[None, :] <= v)
     strictly = (errors[None, :] < e) | (violations[None, :] < v)
-    return (better_eq & strictly).any(axis=1)
+    return np.asarray((better_eq & strictly).any(axis=1))  # an array (numpy's stubs: or a bool)
 
 
 def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import matplotlib
 
@@ -94,7 +94,7 @@ def legend_below(fig: Figure, handles: Sequence[Any], ncol: int) -> None:
 def _fill(fig: Figure, text: str, fontsize: float, width_in: float) -> str:
     """`text` wrapped at spaces so that each line, as drawn at `fontsize` points, is at most
     `width_in` inches wide (a single word wider than that keeps its own line)."""
-    renderer = fig.canvas.get_renderer()
+    renderer = _canvas(fig).get_renderer()
     prop = FontProperties(size=fontsize)
     limit = width_in * fig.dpi
     lines = []
@@ -123,7 +123,7 @@ def panel_note(ax: Axes, text: str, fontsize: float = NOTE_SIZE) -> Text:
     """A note under a panel, below its x-axis label; `finish` wraps it to the panel's final
     width, and the layout makes room for it (an annotation is an axis decoration to the
     constrained layout engine)."""
-    fig = ax.figure
+    fig = _figure(ax)
     spec = ax.get_subplotspec()
     share = 1.0 if spec is None else 1 / spec.get_gridspec().ncols
     note = ax.annotate(
@@ -171,7 +171,7 @@ def finish(fig: Figure) -> Figure:
 
 def _place(ax: Axes, labels: list[tuple], color: Any, fontsize: float) -> int:
     """`place_labels`' work, on the figure as drawn; returns the number left out."""
-    fig = ax.figure
+    fig = _figure(ax)
     renderer = _renderer(fig)
     taken = [_extent(t, renderer) for t, _ in _texts(fig, renderer)]
     panel = ax.get_window_extent(renderer)
@@ -226,14 +226,25 @@ def save(fig: Figure, stem: Path) -> list[Path]:
 # -- the overlap check ---------------------------------------------------------------------
 
 
+def _figure(ax: Axes) -> Figure:
+    """The figure a panel is on (the suite draws no subfigures)."""
+    if not isinstance(ax.figure, Figure):
+        raise TypeError(f"a panel on a {type(ax.figure).__name__}: only figures are laid out")
+    return ax.figure
+
+
+def _canvas(fig: Figure) -> FigureCanvasAgg:
+    """The figure's Agg canvas, attached first where it has another."""
+    return fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+
+
 def _renderer(fig: Figure):
-    if not isinstance(fig.canvas, FigureCanvasAgg):
-        FigureCanvasAgg(fig)
-    fig.canvas.draw()
-    return fig.canvas.get_renderer()
+    canvas = _canvas(fig)
+    canvas.draw()
+    return canvas.get_renderer()
 
 
-def _shown(text: Text | None) -> bool:
+def _shown(text: Text | None) -> TypeGuard[Text]:
     return text is not None and text.get_visible() and bool(text.get_text().strip())
 
 
@@ -243,25 +254,33 @@ def _texts(fig: Figure, renderer) -> list[tuple[Text, Axes | None]]:
     for ax in fig.axes:
         if not ax.get_visible():
             continue
-        own: list[Text] = [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        # the left and right titles' Text objects have no public getter
+        titles = [ax.title, ax._left_title, ax._right_title]  # type: ignore[attr-defined]
+        own: list[Text] = [*titles, *ax.texts]
         for axis in (ax.xaxis, ax.yaxis):
             if not axis.get_visible():
                 continue
             own += [axis.label, axis.get_offset_text()]
-            for tick in axis._update_ticks():  # the ticks drawn (inside the view limits)
+            # the ticks drawn (inside the view limits): a private method, no public equivalent
+            for tick in axis._update_ticks():  # type: ignore[union-attr]
                 own += [tick.label1, tick.label2]
         legend = ax.get_legend()
         if legend is not None:
             own += [*legend.get_texts(), legend.get_title()]
         out += [(t, ax) for t in own if _shown(t)]
-    shared: list[Text] = [*fig.texts]
+    shared: list[Text | None] = [*fig.texts]
     for name in ("_suptitle", "_supxlabel", "_supylabel"):
         shared.append(getattr(fig, name, None))
     for legend in fig.legends:
         shared += [*legend.get_texts(), legend.get_title()]
     out += [(t, None) for t in shared if _shown(t)]
     seen: set[int] = set()  # the suptitle is also among fig.texts
-    return [(t, ax) for t, ax in out if not (id(t) in seen or seen.add(id(t)))]
+    unique: list[tuple[Text, Axes | None]] = []
+    for t, panel in out:
+        if id(t) not in seen:
+            seen.add(id(t))
+            unique.append((t, panel))
+    return unique
 
 
 def _extent(text: Text, renderer) -> Bbox:

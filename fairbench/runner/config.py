@@ -139,9 +139,8 @@ def _field_error(source: str, exc: ValidationError) -> ConfigError:
     loc = [p for p in err["loc"] if not (isinstance(p, str) and _TYPE_TAG.match(p))]
     where = ".".join(str(p) for p in loc) or "(top level)"
     if err["type"] == "extra_forbidden":
-        section = {"datasets": DatasetEntry, "methods": MethodEntry}.get(
-            str(err["loc"][0]) if len(err["loc"]) > 1 else "", ExperimentConfig
-        )
+        sections: dict[str, type[BaseModel]] = {"datasets": DatasetEntry, "methods": MethodEntry}
+        section = sections.get(str(err["loc"][0]) if len(err["loc"]) > 1 else "", ExperimentConfig)
         return ConfigError(
             f"{source}: unknown config key {where!r}; valid keys there: "
             f"{', '.join(section.model_fields)}"
@@ -267,15 +266,17 @@ def _method_trials(
     if entry.knobs is not None:
         if cls.knob is None:
             raise ConfigError(f"method {entry.name} has no fairness knob; remove its knobs")
-        for knob in entry.knobs:  # a bad value is refused before a run directory exists
-            cls.knob.validate(knob, method=entry.name)
+        for value in entry.knobs:  # a bad value is refused before a run directory exists
+            cls.knob.validate(value, method=entry.name)
         _check_constraint(cls, constraint, definition)
     specs = []
     for values in itertools.product(*entry.sweep.values()):
         raw = {**entry.hparams, **dict(zip(entry.sweep, values, strict=True))}
         hparams = get_method(entry.name, **raw).hparams.model_dump()
         for knob, eps, seed in itertools.product(
-            entry.knobs or [None], config.epsilons if cls.private else [None], config.seed_list
+            entry.knobs if entry.knobs else [None],
+            config.epsilons if cls.private else [None],
+            config.seed_list,
         ):
             specs.append(
                 TrialSpec(

@@ -136,6 +136,7 @@ def config_diff(existing: dict[str, Any], other: dict[str, Any], shown: int = 4)
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted paths to leaves; entries of lists of named entries keyed by their label/name."""
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif (
@@ -232,6 +233,7 @@ def _run_pending(
                     save_model(run_dir, spec.trial_id, result.model_state)
                     store.record_done(spec.trial_id, asdict(spec), result.to_record())
                 else:
+                    assert error is not None  # a trial without a result failed with a message
                     failed.append((spec.trial_id, error))
                     store.record_failed(spec.trial_id, asdict(spec), error)
                 advance(result is None)

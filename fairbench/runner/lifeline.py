@@ -35,7 +35,7 @@ ORPHANED_EXIT = 3  # the status of a worker that exits because its parent is gon
 def die_with_parent() -> None:
     """Make this worker process end when its parent does (see the module docstring)."""
     parent = multiprocessing.parent_process()
-    parent_pid = parent.pid if parent is not None else os.getppid()
+    parent_pid = parent.pid if parent is not None and parent.pid is not None else os.getppid()
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -16,7 +16,7 @@ from fairbench import constraints, metrics
 from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.methods import FairnessSpec, Fitted, get_method
-from fairbench.methods.trial import Trial, resolve_device
+from fairbench.methods.trial import Trial, as_device, resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, ledger_cache
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
 from fairbench.rundir.models import fitted_state
@@ -252,7 +252,9 @@ def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
         Trial(
             task,
             FairnessSpec(s.constraint, s.knob, s.constraint_definition),
-            PrivacySession(s.seed, resolve_device(s.device), privacy, secure_noise=s.secure_noise),
+            PrivacySession(
+                s.seed, resolve_device(as_device(s.device)), privacy, secure_noise=s.secure_noise
+            ),
         )
         for s, task in zip(specs, tasks, strict=True)
     ]

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from annotated_types import Ge, Gt
@@ -75,7 +75,7 @@ def one_line(text: str) -> str:
 class Checker:
     """One method class under test, the options of its fits, and the fits made so far."""
 
-    cls: type
+    cls: type[Method]  # what the checks verify it is
     task: Task
     constraint: str
     knob: float | None
@@ -93,7 +93,7 @@ class Checker:
     def private(self) -> bool:
         return getattr(self.cls, "private", False) is True
 
-    def fail(self, check: str, why: str) -> None:
+    def fail(self, check: str, why: str) -> NoReturn:
         raise AssertionError(one_line(f"method {self.label}: check {check} failed: {why}"))
 
     def require(self, ok: Any, check: str, why: str) -> None:
@@ -124,7 +124,7 @@ class Checker:
                 task, budget, FairnessSpec(self.constraint, knob), seed, "cpu", session=session
             )
         except PrivacyContractError as exc:
-            message = str(exc).removeprefix(f"method {self.cls.name}: ")  # said once, by fail
+            message = str(exc).removeprefix(f"method {self.label}: ")  # said once, by fail
             plan = "differ from its plan" in message or "without a plan" in message
             self.fail("ledger-matches-plan" if plan else "privacy-contract", message)
         except Exception as exc:  # any error in a fit fails the check that asked for it
@@ -150,11 +150,8 @@ def check_attributes(c: Checker) -> Iterator[str]:
         why = f"class attribute {attr!r} must be a non-empty {kind.__name__}, got {value!r}"
         c.require(isinstance(value, kind) and value != "", "attributes", why)
     hp = getattr(cls, "Hparams", None)
-    c.require(
-        isinstance(hp, type) and issubclass(hp, BaseModel),
-        "attributes",
-        "Hparams must be a pydantic model",
-    )
+    if not (isinstance(hp, type) and issubclass(hp, BaseModel)):
+        c.fail("attributes", "Hparams must be a pydantic model")
     c.require(
         hp.model_config.get("extra") == "forbid",
         "attributes",
@@ -179,8 +176,10 @@ def positive_field(hparams: type[BaseModel]) -> str | None:
     non-negative bound): a negative value must be refused."""
     for name, info in hparams.model_fields.items():
         for rule in info.metadata:
-            if (isinstance(rule, Gt) and rule.gt >= 0) or (isinstance(rule, Ge) and rule.ge >= 0):
-                return name
+            if isinstance(rule, Gt | Ge):
+                bound: Any = rule.gt if isinstance(rule, Gt) else rule.ge  # a number here
+                if bound >= 0:
+                    return name
     return None
 
 
@@ -281,11 +280,10 @@ def check_privacy(c: Checker) -> Iterator[str]:
     for target in c.targets:
         fitted, session = c.fit("ledger-matches-plan", 0, target)
         recorded = session.ledger()
-        c.require(
-            fitted.plan is not None and session.plan is not None,
-            "ledger-matches-plan",
-            f"no plan was submitted (epsilon {target})",
-        )
+        if fitted.plan is None or session.plan is None:
+            c.fail("ledger-matches-plan", f"no plan was submitted (epsilon {target})")
+        if fitted.ledger is None:
+            c.fail("ledger-matches-plan", f"the fit returned no ledger (epsilon {target})")
         same = canonical(fitted.ledger) == canonical(fitted.plan) and canonical(
             recorded
         ) == canonical(session.plan)
@@ -347,10 +345,11 @@ def check_metrics(c: Checker) -> Iterator[str]:
 def check_knob(c: Checker, knob_values: tuple[float, float] | None) -> Iterator[str]:
     """(g) Smoke test: the strict knob value does not train a visibly less fair model than the
     loose one on a task with a real disparity (a backwards or ignored knob shows)."""
-    name = knob_name(c.cls)
-    if name is None:
+    knob = c.cls.knob
+    if knob is None:
         return
-    values = knob_values or default_knob_values(c.cls.knob)
+    name = knob.name
+    values = knob_values or default_knob_values(knob)
     task = disparity_task()
     eps = c.targets[-1] if c.private else None
     violation = []
@@ -371,7 +370,7 @@ def check_knob(c: Checker, knob_values: tuple[float, float] | None) -> Iterator[
 
 
 def iter_checks(
-    method_cls: type,
+    method_cls: type[Method],
     *,
     task: Task | None = None,
     knob: float | None = None,
@@ -400,7 +399,7 @@ def iter_checks(
 
 
 def check_method(
-    method_cls: type,
+    method_cls: type[Method],
     *,
     task: Task | None = None,
     knob: float | None = None,

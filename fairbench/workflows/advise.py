@@ -229,7 +229,7 @@ def applicable(
     """The methods advise may recommend, with batch sizes scaled to the data, and why each
     other method of the spaces file is left out."""
     entries = load_spaces(spaces)
-    known = [raw.get("name") for raw in entries]
+    known = [str(raw.get("name")) for raw in entries]
     unknown = [m for m in only if m not in known]
     if unknown:
         raise ConfigError(f"--method {unknown[0]}: advise chooses among {', '.join(known)}")
@@ -523,7 +523,7 @@ def release(plan_: Plan, out: Path, workers: int) -> Release:
             why = broken[0].splitlines()[-1]
             raise FairbenchError(f"a candidate of the release failed ({why}); nothing was released")
         rows = {r["trial_id"]: r for r in finished}
-        scored = []
+        scored: list[dict[str, Any]] = []
         for spec in plan_.candidates:
             row = rows.get(spec.trial_id)
             if row is None:  # uncalibratable at the training epsilon: runs nothing

@@ -23,7 +23,7 @@ import torch
 from fairbench.datasets import get_dataset
 from fairbench.errors import DataError
 from fairbench.methods import FairnessSpec, get_method
-from fairbench.methods.trial import resolve_device
+from fairbench.methods.trial import Device, as_device, resolve_device
 from fairbench.privacy import PrivacyBudget
 from fairbench.task import Task
 
@@ -56,12 +56,12 @@ def step_times(
     batch_size: int = 512,
     rounds: int = 60,
     steps_per_round: int = 10,
-    device: str = "cpu",
+    device: Device = "cpu",
     seed: int = 0,
 ) -> dict[str, Any]:
     """Median seconds per training step for each entry, on Adult (synthetic if absent), on
     `device` (`auto`: CUDA when present, else the CPU)."""
-    device = resolve_device(device).type
+    device = as_device(resolve_device(device).type)
     task, dataset = bench_task(seed)
     budget = PrivacyBudget(1.0)
     steppers = {}
@@ -108,10 +108,10 @@ FIT_ENTRIES: list[tuple[str, FairnessSpec]] = [
 ]
 
 
-def fit_times(seed: int = 0, device: str = "cpu") -> dict[str, float]:
+def fit_times(seed: int = 0, device: Device = "cpu") -> dict[str, float]:
     """Wall seconds of one whole `fit` per method with its default hyperparameters on Adult
     (synthetic if absent), calibration included: what a trial costs."""
-    device = resolve_device(device).type
+    device = as_device(resolve_device(device).type)
     task, _ = bench_task(seed)
     out = {}
     for name, fairness in FIT_ENTRIES:

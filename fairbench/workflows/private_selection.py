@@ -261,6 +261,7 @@ def candidate_templates(config: TuneConfig, draws: dict[str, list[dict]]) -> dic
             s, dataset_options={**s.dataset_options, **split}
         )
         for s in specs
+        if s.epsilon is not None  # every candidate is private (`whole_record_problem`)
     }
 
 
@@ -351,7 +352,8 @@ def calibrate(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget:
 
     def costliest(planned: list[tuple[TrialSpec, str, PrivacyLedger]], scale: float) -> set:
         """The representatives of the `BISECTED` plans whose selections alone cost most."""
-        own = {}
+        assert config.count is not None
+        own: dict[TrialSpec, float] = {}
         for s, _, p in planned:
             rep = representative.get(key_of.get(s, ""))
             if rep is not None and rep not in active:
@@ -521,7 +523,7 @@ def _calibrate_all(
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise
             pool.shutdown()
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every job's entry is set above
 
 
 def _calibrate_or_reason(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget | str:
@@ -662,6 +664,7 @@ def _select(
                 "released": releases,
             }
         )
+    assert config.count is not None
     return {
         "dataset": dataset,
         "epsilon": eps,

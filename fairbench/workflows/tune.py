@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 import yaml
 from dp_accounting import dp_event
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from fairbench.errors import CalibrationError, ConfigError
 from fairbench.methods import method_class
@@ -197,9 +197,11 @@ def load_tune_config(name_or_path: str) -> TuneConfig:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         if err["type"] == "extra_forbidden":
-            section = {"methods": MethodSpace, "datasets": DatasetEntry}.get(
-                str(err["loc"][0]) if len(err["loc"]) > 1 else "", TuneConfig
-            )
+            sections: dict[str, type[BaseModel]] = {
+                "methods": MethodSpace,
+                "datasets": DatasetEntry,
+            }
+            section = sections.get(str(err["loc"][0]) if len(err["loc"]) > 1 else "", TuneConfig)
             raise ConfigError(
                 f"{path}: unknown key {where!r}; valid keys there: "
                 f"{', '.join(section.model_fields)}"

@@ -20,9 +20,15 @@ from fairbench.privacy import (
     epsilon,
 )
 from fairbench.privacy.accountant import REPORT_DISCRETISATION, _solve_monotone
-from fairbench.privacy.contributions import Rows, clipped_sum
+from fairbench.privacy.contributions import Rows, StackedScattered, clipped_sum
+from fairbench.privacy.crosscheck import rdp_epsilon
 from fairbench.privacy.events import from_dict, sgd_steps, to_dict
-from fairbench.privacy.pld import _gauss_laplace_curves, gaussian_delta
+from fairbench.privacy.pld import (
+    SubstitutionSampledDpEvent,
+    _gauss_laplace_curves,
+    build,
+    gaussian_delta,
+)
 
 DELTA = 1e-5
 GRID = [  # (sampling rate, noise multiplier, steps, laplace scale)
@@ -257,3 +263,20 @@ def test_clipped_sum_bounds_every_contribution():
     assert torch.all((flat * factors[:, None]).norm(dim=1) <= 1.5 + 1e-5)
     expected = (flat * factors[:, None]).sum(dim=0)
     assert torch.allclose(torch.cat([t.reshape(-1) for t in total]), expected, atol=1e-5)
+
+
+def test_scattered_rows_whose_sizes_were_not_read_are_all_rows():
+    """Found by mypy: sizes None (a device's round) was stored as None, so a trial's own
+    contributions (`trial(t)`, the per-trial release path) raised a TypeError."""
+    rows = torch.ones(2, 3, 1)
+    stacked = StackedScattered.masked(rows, torch.zeros(2, 3, dtype=torch.long), 4, None, None)
+    assert stacked.sizes == [3, 3] and len(stacked.trial(1)) == 3
+
+
+def test_a_batch_without_a_gaussian_is_refused_by_name():
+    """Found by mypy: no Gaussian among one batch's releases reached float(None) (crosscheck)
+    and None * float (the substitution PLD)."""
+    empty = de.ComposedDpEvent([])
+    assert rdp_epsilon(de.PoissonSampledDpEvent(0.1, empty), 1e-5) is None
+    with pytest.raises(ConfigError, match="without a Gaussian"):
+        build(SubstitutionSampledDpEvent(0.1, empty), REPORT_DISCRETISATION)

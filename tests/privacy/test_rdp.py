@@ -164,3 +164,9 @@ def test_events_without_a_curve_are_refused():
         rdp.rdp_curve(sampled(0.1, L(1.0), L(2.0)))
     with pytest.raises(ConfigError, match="no RDP curve for RepeatAndSelectDpEvent"):
         rdp.rdp_curve(dp_event.RepeatAndSelectDpEvent(G(1.0), 2.0, math.inf))
+
+
+def test_a_batch_that_releases_nothing_has_a_zero_curve():
+    """Found by mypy: an unsampled batch without releases gave the float 0.0, not a curve."""
+    curve = rdp.rdp_curve(sampled(1.0, dp_event.ComposedDpEvent([])))
+    assert curve.shape == (len(rdp.ORDERS),) and not curve.any()
