@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -432,7 +432,7 @@ class SGDA(Method):
             lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
 
         def outcomes() -> list[Outcome]:
-            qualified = {}
+            qualified: dict[str, Any] = {}
             if self.unaccounted():
                 notion = f"{self.guarantee().label} (not accounted: padded batches)"
                 qualified = {"privacy_notion": notion, "target_accounting": "not accounted"}

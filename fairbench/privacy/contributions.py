@@ -29,6 +29,10 @@ import torch
 Array = torch.Tensor | np.ndarray
 
 
+@overload
+def clip_factors(norms: torch.Tensor, max_norm: float) -> torch.Tensor: ...
+@overload
+def clip_factors(norms: np.ndarray, max_norm: float) -> np.ndarray: ...
 def clip_factors(norms: Array, max_norm: float) -> Array:
     """Per-record scale factors min(1, C / ||v_i||): clipped contributions have norm <= C."""
     if isinstance(norms, np.ndarray):
