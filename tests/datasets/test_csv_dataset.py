@@ -457,6 +457,7 @@ def test_compas_as_plain_csv():
     assert np.bincount(merged.s).tolist() == [3696, 2454, 637, 377 + 50]
 
 
+@pytest.mark.slow
 @needs_compas
 def test_compas_run_completes(cli, tmp_path):
     config = tmp_path / "compas.yaml"

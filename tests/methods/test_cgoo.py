@@ -27,6 +27,7 @@ def expected_metrics(fitted, split):
     return metrics.error_rate(y, pred), metrics.demographic_parity_difference(pred, s)
 
 
+@pytest.mark.slow
 @needs_adult
 def test_non_private_cgoo_matches_fairlearn_exponentiated_gradient_on_adult():
     """Same split, demographic parity: the mixture's held-out gap is within alpha + 0.02 and
