@@ -278,10 +278,16 @@ class DPERMMitigation(Method):
 
         def outcomes(reports: list[dict]) -> list[Outcome]:
             return [
-                Outcome({"lambda": lam, "gamma1": lam * hp.gradient_weight,
-                         "gamma2": lam * hp.curvature_weight, **report})
+                Outcome(
+                    {
+                        "lambda": lam,
+                        "gamma1": lam * hp.gradient_weight,
+                        "gamma2": lam * hp.curvature_weight,
+                        **report,
+                    }
+                )
                 for lam, report in zip(lams, reports, strict=True)
-            ]  # fmt: skip
+            ]
 
         if lams[0] == 0:
             twin = self._dp_sgd().program(trials, plan)

@@ -522,9 +522,15 @@ class DPFermi(Method):
         if hp.rho is None:  # the hyperparameters' validator refuses it first
             raise ValueError("noise: closed-form needs rho, the smallest group share")
         std_theta, std_w, steps = closed_form_noise(
-            n, hp.batch_size, hp.epochs, target.epsilon, target.delta, hp.rho,
-            hp.clip_norm, hp.w_diameter / 2,
-        )  # fmt: skip
+            n,
+            hp.batch_size,
+            hp.epochs,
+            target.epsilon,
+            target.delta,
+            hp.rho,
+            hp.clip_norm,
+            hp.w_diameter / 2,
+        )
         batch = schedule.sampling_rate * n
         clip_theta, clip_w = hp.clips(batch)
         moved = 2.0 if self.sensitive else 1.0
@@ -654,7 +660,8 @@ class DPFermi(Method):
             if only is not None:  # the authors' 1 x 1 W of each cell
                 for info, entry in zip(infos, w[:, :, 0, 1].cpu().tolist(), strict=True):
                     info["w_first_group"] = entry
-            return [Outcome(info, privacy_notion=notion, target_accounting=accounting)
-                    for info in infos]  # fmt: skip
+            return [
+                Outcome(info, privacy_notion=notion, target_accounting=accounting) for info in infos
+            ]
 
         return TrainingProgram(models, step, outcomes)

@@ -76,8 +76,9 @@ class DPSGD(Method):
         models = init_models(hp, trials)
         stack = stack_models(models, hp.grad_engine)
         data = StackedData([t.task for t in trials], trials[0].session.device)
-        sums = [t.session.gaussian_sum(LABEL, hp.clip_norm, schedule.noise_multiplier)
-                for t in trials]  # fmt: skip
+        sums = [
+            t.session.gaussian_sum(LABEL, hp.clip_norm, schedule.noise_multiplier) for t in trials
+        ]
         step_size = hp.lr / expected_batch(schedule, data.n)
 
         def step(round_: StackedBatches) -> None:

@@ -150,8 +150,9 @@ class FairlearnEG(Method):
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
         (trial,) = trials
         fitted: list[Outcome] = []
-        return TrainingProgram([], run=lambda: fitted.append(self._fit(trial)),
-                               outcomes=lambda: fitted)  # fmt: skip
+        return TrainingProgram(
+            [], run=lambda: fitted.append(self._fit(trial)), outcomes=lambda: fitted
+        )
 
     def _fit(self, trial: Trial) -> Outcome:
         from fairlearn import reductions

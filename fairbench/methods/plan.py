@@ -124,7 +124,14 @@ class Plan:
     def key(self) -> str:
         """Equal for plans that may share one stacked program."""
         return json.dumps(
-            [self.ledger.to_json(), repr(self.schedule), self.rounds, repr(self.budget),
-             self.info, repr(self.details)],
-            sort_keys=True, default=repr,
-        )  # fmt: skip
+            [
+                self.ledger.to_json(),
+                repr(self.schedule),
+                self.rounds,
+                repr(self.budget),
+                self.info,
+                repr(self.details),
+            ],
+            sort_keys=True,
+            default=repr,
+        )

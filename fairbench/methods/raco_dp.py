@@ -437,10 +437,16 @@ class SGDA(Method):
                 notion = f"{self.guarantee().label} (not accounted: padded batches)"
                 qualified = {"privacy_notion": notion, "target_accounting": "not accounted"}
             return [
-                Outcome({"gamma": t.fairness.knob, "n_constraints": sets[0].n_constraints,
-                         "lambda": row}, **qualified)
+                Outcome(
+                    {
+                        "gamma": t.fairness.knob,
+                        "n_constraints": sets[0].n_constraints,
+                        "lambda": row,
+                    },
+                    **qualified,
+                )
                 for t, row in zip(trials, lam.cpu().tolist(), strict=True)
-            ]  # fmt: skip
+            ]
 
         return TrainingProgram(models, step, outcomes)
 
