@@ -63,7 +63,10 @@ def advise(
         bool, typer.Option(help="exact discrete noise from OpenDP for training and scores")
     ] = False,
     spaces: Annotated[
-        Path | None, typer.Option(metavar="FILE", help="search spaces (configs/advise.yaml's form)")
+        Path | None,
+        typer.Option(
+            metavar="FILE", help="methods and spaces (configs/advise/methods.yaml's form)"
+        ),
     ] = None,
     support: Annotated[
         int, typer.Option(min=1, help="configurations per method a candidate is drawn from")

@@ -53,14 +53,14 @@ def list_(
         for name, cls in found:
             print(f"{name:12s} {cls.description}")
     else:
-        from fairbench.runner.config import BUNDLED
+        from fairbench.runner.config_files import KINDS, bundled
 
-        paths = sorted(BUNDLED.glob("*.yaml"))
+        found = [(kind, path) for kind in KINDS for path in bundled(kind)]
         if as_json:
-            print(json.dumps([{"name": p.stem, "path": str(p)} for p in paths]))
+            print(json.dumps([{"name": p.stem, "kind": k, "path": str(p)} for k, p in found]))
             return
-        for path in paths:
-            print(f"{path.stem:12s} {path}")
+        for kind, path in found:
+            print(f"{path.stem:28s} {kind:4s} {path}")
 
 
 def _method_entry(name: str, cls) -> dict:

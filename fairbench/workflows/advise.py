@@ -59,6 +59,7 @@ from fairbench.privacy.session import PrivacySession
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.models import MODELS
 from fairbench.rundir.store import finished_rows
+from fairbench.runner.config_files import BUNDLED
 from fairbench.runner.execute import execute
 from fairbench.runner.trial import NOISE_SAMPLERS, SPLIT_SEED, TrialSpec
 from fairbench.streams import numpy_stream, seed_sequence
@@ -74,6 +75,7 @@ from fairbench.workflows.private_selection import (
     validation_score,
     whole_record_problem,
 )
+from fairbench.workflows.spaces import resolve_space
 from fairbench.workflows.tune import (
     MethodSpace,
     TuneConfig,
@@ -82,7 +84,7 @@ from fairbench.workflows.tune import (
     sample_configurations,
 )
 
-SPACES = Path(__file__).resolve().parent.parent / "configs" / "advise.yaml"
+SPACES = BUNDLED / "advise" / "methods.yaml"  # the methods advise chooses among, and their spaces
 BATCH_FRACTIONS = (0.01, 0.02, 0.04, 0.08)  # of the training rows: fig-privacy-cost's rates
 TRAIN_SHARE = 0.75 * 0.85  # a record's chance of the training part (25% test, 15% of the rest)
 SUPPORT = 8  # configurations per method a candidate is drawn from
@@ -112,7 +114,7 @@ class Request:
     target tau, expected candidates per method, comparison repeats, whether methods that
     read the sensitive attribute at test time may be recommended, the seed (None: the
     operating system's entropy, a DP release), the methods to consider, the search spaces
-    (None: configs/advise.yaml), configurations per method, and exact discrete noise."""
+    (None: configs/advise/methods.yaml), configurations per method, and exact discrete noise."""
 
     dataset: dict[str, Any]
     epsilon: float
@@ -200,10 +202,13 @@ class Plan:
 
 
 def load_spaces(path: str | None) -> list[dict[str, Any]]:
-    """The method entries of an advise spaces file (configs/advise.yaml's form)."""
+    """The method entries of an advise spaces file (configs/advise/methods.yaml's form), their
+    named spaces resolved (workflows.spaces)."""
     source = SPACES if path is None else Path(path)
     if not source.is_file():
-        raise ConfigError(f"--spaces {source}: no such file; give a YAML like configs/advise.yaml")
+        raise ConfigError(
+            f"--spaces {source}: no such file; give a YAML like configs/advise/methods.yaml"
+        )
     try:
         data = yaml.safe_load(source.read_text())
     except yaml.YAMLError as exc:
@@ -213,9 +218,12 @@ def load_spaces(path: str | None) -> list[dict[str, Any]]:
     if not (isinstance(data, dict) and isinstance(data.get("methods"), list) and data["methods"]):
         raise ConfigError(
             f"--spaces {source}: give `methods:`, a list of method entries "
-            "(name, hparams, space) like configs/advise.yaml"
+            "(name, hparams, space) like configs/advise/methods.yaml"
         )
-    return data["methods"]
+    try:
+        return [{**raw, "space": resolve_space(raw.get("space", {}))} for raw in data["methods"]]
+    except ValueError as exc:
+        raise ConfigError(f"--spaces {source}: {exc}") from None
 
 
 def applicable(

@@ -60,15 +60,11 @@ from fairbench.report import write_report
 from fairbench.report.aggregate import ci95, trials_frame
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.store import finished_rows
-from fairbench.runner.config import (
-    DatasetEntry,
-    ExperimentConfig,
-    _Strict,
-    parse_config,
-    resolve_path,
-)
+from fairbench.runner.config import DatasetEntry, ExperimentConfig, _Strict, parse_config
+from fairbench.runner.config_files import read_config, resolve_path
 from fairbench.runner.execute import execute, prepare_run
 from fairbench.runner.trial import TrialSpec
+from fairbench.workflows.spaces import resolve_space
 
 KNOB = "knob"
 NOT_CHARGED = "tuning not charged"
@@ -82,11 +78,16 @@ class MethodSpace(_Strict):
     label: str | None = None
     hparams: dict[str, Any] = Field(default_factory=dict)  # fixed, not searched
     # name -> a list (uniform choice), {log: [lo, hi]} or {uniform: [lo, hi]}; `knob` is the
-    # method's fairness knob
+    # method's fairness knob. Or named spaces (workflows.spaces): `raco-dp`, `[raco-dp, ...]`
     space: dict[str, Any] = Field(default_factory=dict)
     # an accuracy reference (ERM; DP-SGD, the private one): selected on validation error alone,
     # the targets ignored
     unconstrained: bool = False
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _named(cls, value: Any) -> Any:
+        return resolve_space(value)
 
     @field_validator("space")
     @classmethod
@@ -181,13 +182,9 @@ class TuneConfig(_Strict):
 
 
 def load_tune_config(name_or_path: str) -> TuneConfig:
-    path = resolve_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: malformed YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a tune config is a YAML mapping of keys")
+    """A tune config file (or bundled name), its `extends:` chain merged, validated."""
+    path = resolve_path(name_or_path, "tune")
+    data = read_config(path, "tune")
     try:
         config = TuneConfig.model_validate(data)
     except ValidationError as exc:
