@@ -23,7 +23,7 @@ TUNE = {
     "datasets": [{"name": "synthetic", "options": {"n_rows": 1000}}],
     "epsilons": [1.0, 8.0],
     "targets": list(TAUS),
-    "budget": 2,
+    "draws": 2,
     "search_seeds": [100],
     "final_seeds": list(range(10)),  # tune's minimum
     "methods": [
@@ -159,7 +159,7 @@ def test_a_method_that_cannot_reach_tau_has_no_row_and_is_listed(built):
         for r in json.loads((root / "tune" / "tuning.json").read_text())
         if r["method"] == "raco-dp"
     ]
-    assert {(r["candidates"], r["infeasible"]) for r in raco} == {(0, TUNE["budget"])}
+    assert {(r["candidates"], r["infeasible"]) for r in raco} == {(0, TUNE["draws"])}
     for tau in TAUS:
         assert f"- logistic, τ = {tau:g}: raco-dp at ε = 1, 8 (4 draws could not" in note
     assert "not charged to the privacy budget" in note
@@ -269,7 +269,7 @@ def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_p
             "constraint": "demographic_parity",
             "delta": 1e-5,
             "model": "logistic",
-            "budget": 2,
+            "draws": 2,
             "search_seeds": 1,
             "final_seeds": 10,
             "epsilons": [0.1, 8.0],

@@ -26,7 +26,7 @@ def tune(
         ),
     ] = False,
 ) -> None:
-    """Equal-budget random search per method, selection on validation, the selected
+    """Equal-draws random search per method, selection on validation, the selected
     configurations re-run on fresh seeds; writes selected/*.yaml (run configs) and tuning.md.
     With `selection: private` in the config, tuning is paid for out of epsilon instead
     (private selection; tuning.md, tuning.json and private/selections.json)."""
@@ -82,7 +82,7 @@ def tune(
     if infeasible:
         console.print(
             f"{infeasible} drawn configurations could not be calibrated at their ε "
-            "(counted against their method's budget; see tuning.md)"
+            "(counted among their method's draws; see tuning.md)"
         )
     for line in failures:
         err_console.print(f"failed {line}")

@@ -283,7 +283,7 @@ def _config(
             "epsilons": [request.epsilon],
             "delta": request.delta,
             "targets": [request.tau],
-            "budget": 1,
+            "draws": 1,
             "search_seeds": [-1],
             "final_seeds": list(range(repeats)),
             "split": split,

@@ -1,7 +1,7 @@
-"""`fairbench tune`: hyperparameter search with the same budget for every method.
+"""`fairbench tune`: hyperparameter search with the same number of draws for every method.
 
 Protocol (one rule for all methods, so no method is favoured by how hard it was tuned):
-1. Search: per method, `budget` configurations drawn at random from its space (the fairness
+1. Search: per method, `draws` configurations drawn at random from its space (the fairness
    knob included, as key `knob`), each fitted on every `search_seeds` seed at every epsilon.
    The search is an ordinary run (OUT/search), so it resumes and parallelises like one.
 2. Select, per (dataset, constraint, epsilon, target, method), on the validation split only:
@@ -13,7 +13,7 @@ Protocol (one rule for all methods, so no method is favoured by how hard it was 
    the search seeds) and evaluated once on test (OUT/final/<dataset>-eps<e>). The selected
    configurations are saved as run configs (OUT/selected/<dataset>-eps<e>.yaml), which
    `fairbench run` reuses as they are; OUT/tune.yaml keeps the validated tune config, so
-   that reports built from OUT (fairbench.report.privacy_cost) know its targets and budget.
+   that reports built from OUT (fairbench.report.privacy_cost) know its targets and draws.
 
 Methods joining. Running a tune config with method entries added into an output it already
 filled keeps every finished trial (search and final) and runs only the new entries' (their
@@ -23,7 +23,7 @@ refused, as for a run directory.
 Infeasible draws. A drawn configuration whose noise cannot be calibrated to an epsilon (a
 Laplace scale too small for epsilon 0.1, say) fails with a `CalibrationError` at that epsilon.
 That is an outcome of the method's search space, not a broken run: the draw still counts
-against the method's budget, the table reports it (`infeasible`), and tune does not fail.
+among the method's draws, the table reports it (`infeasible`), and tune does not fail.
 
 Privacy of tuning. By default (`selection: free`) it is not charged, as in the papers, and
 every output says so ("tuning not charged"). `selection: private` pays for it out of the
@@ -68,7 +68,7 @@ from fairbench.workflows.spaces import resolve_space
 
 KNOB = "knob"
 NOT_CHARGED = "tuning not charged"
-SCORE_SHARE = 0.5  # default share of a private candidate's budget spent on its noisy score
+SCORE_SHARE = 0.5  # default share of a private candidate's privacy budget spent on its noisy score
 SUPPORT = 16  # default configurations per method a private selection draws its candidates from
 CHARGED_BY_COMPOSITION = "tuning charged by composition (validation treated as public)"
 
@@ -123,7 +123,7 @@ class TuneConfig(_Strict):
     epsilons: list[float] = Field(min_length=1)
     delta: float = 1e-5
     targets: list[float] = Field(min_length=1)  # allowed validation violation
-    budget: int = Field(ge=1)  # configurations per method (per dataset, constraint, epsilon)
+    draws: int = Field(ge=1)  # configurations drawn per method (per dataset, constraint, epsilon)
     search_seeds: list[int] = Field(min_length=1)
     final_seeds: list[int] = Field(min_length=10)
     seed: int = 0  # of the random search
@@ -132,9 +132,9 @@ class TuneConfig(_Strict):
     # uncharged: private's procedure (random count, repeats) with tuning not charged, its twin
     selection: Literal["free", "private", "uncharged"] = "free"
     count: CountLaw | None = None  # the law of the number of candidates, for private
-    score_share: float = Field(SCORE_SHARE, gt=0, lt=1)  # of a candidate's budget, for its score
+    score_share: float = Field(SCORE_SHARE, gt=0, lt=1)  # of a candidate's ε, for its score
     # private or uncharged: configurations drawn per method before the count, the selection's
-    # support; each candidate is one of them uniformly at random, the budget covers them all
+    # support; each candidate is one of them uniformly at random, its ε is calibrated over them all
     support: int = Field(SUPPORT, ge=1)
     # a method none of whose candidates can be calibrated at an epsilon under private
     # selection: refuse the whole tune (error) or record it as releasing nothing (leave_out)
@@ -226,7 +226,7 @@ def _check_knob_space(path: Path, entry: MethodSpace) -> None:
 def sample_configurations(
     config: TuneConfig, count: int | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """label -> the first `count` (default `budget`) configurations (hparams with the knob
+    """label -> the first `count` (default `draws`) configurations (hparams with the knob
     under `knob`), drawn by one seeded generator per method, so adding a method never changes
     another's draws, and a longer draw starts with the shorter one."""
     out = {}
@@ -234,7 +234,7 @@ def sample_configurations(
         rng = np.random.default_rng([config.seed, index])
         out[entry.label or entry.name] = [
             {name: _draw(dist, rng) for name, dist in sorted(entry.space.items())}
-            for _ in range(config.budget if count is None else count)
+            for _ in range(config.draws if count is None else count)
         ]
     return out
 
@@ -472,9 +472,9 @@ def tuning_epsilon(
 
 def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> str:
     lines = [
-        f"# {config.name}: tuning with equal budgets",
+        f"# {config.name}: tuning with equal draws",
         "",
-        f"Random search: {config.budget} configurations per method, each fitted on "
+        f"Random search: {config.draws} configurations per method, each fitted on "
         f"{len(config.search_seeds)} search seed(s) at every epsilon. Selection on the "
         "validation split only: the lowest mean validation error among configurations whose "
         "mean validation violation is within the target. Final: the selected configuration "
@@ -597,7 +597,7 @@ TUNE_CONFIG = "tune.yaml"  # the validated tune config, beside its outputs
 
 
 def write_tune_config(out: Path, config: TuneConfig) -> None:
-    """OUT/tune.yaml: what the outputs were tuned under (targets, budget, seeds, spaces)."""
+    """OUT/tune.yaml: what the outputs were tuned under (targets, draws, seeds, spaces)."""
     path = out / TUNE_CONFIG
     tmp = path.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
