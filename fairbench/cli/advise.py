@@ -39,7 +39,7 @@ def advise(
     bounds: Annotated[
         Path | None, typer.Option(metavar="FILE", help="public bounds YAML: private preprocessing")
     ] = None,
-    budget: Annotated[
+    candidates: Annotated[
         float, typer.Option(min=1, help="expected candidates per method (Poisson mean)")
     ] = 4.0,
     repeats: Annotated[int, typer.Option(min=2, help="comparison repeats per method")] = 5,
@@ -107,7 +107,7 @@ def advise(
         constraint,
         tau,
         delta,
-        budget,
+        candidates,
         repeats,
         allow_sensitive_at_test,
         seed,
@@ -125,7 +125,7 @@ def advise(
     if max_time is not None and plan.estimated_seconds and plan.estimated_seconds > max_time:
         raise ConfigError(
             f"the plan is estimated at {plan.estimated_seconds:.0f} s, over --max-time "
-            f"{max_time:g}; lower --repeats or --budget, or raise --max-time"
+            f"{max_time:g}; lower --repeats or --candidates, or raise --max-time"
         )
     out = out or Path(f"advise-{data.stem}")
     record, table = flow.run_advice(

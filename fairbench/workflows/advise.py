@@ -7,7 +7,7 @@ Three parts, with different promises (threat model and contents: docs/privacy.md
    selection (Papernot and Steinke 2022; `fairbench.privacy.selection`): per applicable
    method `support` configurations are drawn from its space, the per-candidate budget is
    calibrated over all of them, then the number K of candidates is Poisson with mean
-   `budget` x methods, and each candidate is a method drawn uniformly and one of its support
+   `candidates` x methods, and each candidate is a method drawn uniformly and one of its support
    configurations drawn uniformly, trained on the training part and scored on validation by
    Laplace-noised counts drawn by its privacy session. The best by the noisy score under the
    target is released: its model, configuration, noisy score and the accounting
@@ -121,7 +121,7 @@ class Request:
     constraint: str
     tau: float
     delta: float = 1e-5
-    budget: float = 4.0
+    candidates: float = 4.0  # expected per method: the Poisson mean of K over methods
     repeats: int = 5
     allow_sensitive_at_test: bool = False
     seed: int | None = None
@@ -333,7 +333,13 @@ def plan(request: Request, roots: Roots | None = None) -> Plan:
         request.spaces,
     )
     joint = _config(
-        request, methods, "advise-release", request.budget * len(methods), roots.release, split, 1
+        request,
+        methods,
+        "advise-release",
+        request.candidates * len(methods),
+        roots.release,
+        split,
+        1,
     )
     templates = candidate_templates(joint, sample_configurations(joint, request.support))
     support = list(templates.values())
@@ -347,7 +353,7 @@ def plan(request: Request, roots: Roots | None = None) -> Plan:
         request,
         methods,
         "advise-comparison",
-        request.budget,
+        request.candidates,
         roots.comparison,
         roots.derived(roots.comparison, "advise/comparison split"),
         request.repeats,
@@ -479,7 +485,7 @@ def score_noise_notes(noise: dict[str, tuple[int, float]], tau: float) -> list[s
             f"group's rate has std at least {std:.2g} for the best-measured group "
             f"({best!r}, about {rows} validation rows) and {noise[worst][1]:.2g} for "
             f"{worst!r} (about {noise[worst][0]} rows), so few or no candidates will pass; "
-            "raise --epsilon or --tau, lower --budget, merge small groups (--other), or "
+            "raise --epsilon or --tau, lower --candidates, merge small groups (--other), or "
             "bring more rows"
         ]
     noisy = [g for g, (_, s) in noise.items() if s > tau]
@@ -697,8 +703,8 @@ def estimate(plan_: Plan, workers: int) -> None:
     if not seconds:
         return
     r = plan_.request
-    candidates = r.budget * methods * (1 + r.repeats / methods)
-    plan_.training_seconds = float(np.mean(seconds)) * candidates / workers
+    expected = r.candidates * methods * (1 + r.repeats / methods)
+    plan_.training_seconds = float(np.mean(seconds)) * expected / workers
 
 
 def looking_cost(plan_: Plan, out: Path) -> dict[str, float]:
