@@ -78,12 +78,12 @@ audit: install
 report: install
 	$(BIN)/fairbench report runs/$(CONFIG)
 
-# Equal-budget tuning (fairbench tune) on Adult at epsilon 1: results/tune/adult-dp/tuning.md,
+# Equal-draws tuning (fairbench tune) on Adult at epsilon 1: results/tune/adult-dp/tuning.md,
 # the selected run configs in selected/, and their fresh-seed runs in final/.
 tune-adult-dp: install
 	$(BIN)/fairbench tune tune-adult-dp --out results/tune/adult-dp --charge-tuning $(if $(WORKERS),--workers $(WORKERS))
 
-# fig-privacy-cost (issue 16): equal-budget tuning of every method per dataset (fairbench tune;
+# fig-privacy-cost (issue 16): equal-draws tuning of every method per dataset (fairbench tune;
 # re-running resumes, skipping finished trials) into results/tune/privacy-cost/<name>/, then
 # per dataset a CSV, a figure per model and a note in results/figures/fig-privacy-cost/.
 # `make privacy-cost-<name>` tunes one dataset alone and writes the wall seconds of that
@@ -122,7 +122,7 @@ $(TUNING_COST_TUNES): tuning-cost-%: install
 	echo $$(( $$(date +%s) - start )) > results/tune/tuning-cost/$*/wall_seconds.txt
 
 # fig-literature (issue 23): the baselines the seed papers claim to beat (Jagielski et al.,
-# PF-LD, the DP-ERM mitigation) beside RaCO-DP and DP-FERMI, tuned with equal budgets in both
+# PF-LD, the DP-ERM mitigation) beside RaCO-DP and DP-FERMI, tuned with equal draws in both
 # privacy notions: equalized odds on Adult and Credit at eps 0.5/1/3 (literature.yaml) and
 # demographic parity on Adult at eps 0.5/1/3/9 (literature-adult-dp.yaml), the settings
 # DP-FERMI published. Re-running resumes. Then the figures, dominance tables and the published

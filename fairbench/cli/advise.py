@@ -39,7 +39,7 @@ def advise(
     bounds: Annotated[
         Path | None, typer.Option(metavar="FILE", help="public bounds YAML: private preprocessing")
     ] = None,
-    budget: Annotated[
+    candidates: Annotated[
         float, typer.Option(min=1, help="expected candidates per method (Poisson mean)")
     ] = 4.0,
     repeats: Annotated[int, typer.Option(min=2, help="comparison repeats per method")] = 5,
@@ -63,7 +63,10 @@ def advise(
         bool, typer.Option(help="exact discrete noise from OpenDP for training and scores")
     ] = False,
     spaces: Annotated[
-        Path | None, typer.Option(metavar="FILE", help="search spaces (configs/advise.yaml's form)")
+        Path | None,
+        typer.Option(
+            metavar="FILE", help="methods and spaces (configs/advise/methods.yaml's form)"
+        ),
     ] = None,
     support: Annotated[
         int, typer.Option(min=1, help="configurations per method a candidate is drawn from")
@@ -104,7 +107,7 @@ def advise(
         constraint,
         tau,
         delta,
-        budget,
+        candidates,
         repeats,
         allow_sensitive_at_test,
         seed,
@@ -122,7 +125,7 @@ def advise(
     if max_time is not None and plan.estimated_seconds and plan.estimated_seconds > max_time:
         raise ConfigError(
             f"the plan is estimated at {plan.estimated_seconds:.0f} s, over --max-time "
-            f"{max_time:g}; lower --repeats or --budget, or raise --max-time"
+            f"{max_time:g}; lower --repeats or --candidates, or raise --max-time"
         )
     out = out or Path(f"advise-{data.stem}")
     record, table = flow.run_advice(

@@ -53,14 +53,14 @@ def list_(
         for name, adapter in adapters:
             print(f"{name:12s} {adapter.description}")
     else:
-        from fairbench.runner.config import BUNDLED
+        from fairbench.runner.config_files import KINDS, bundled
 
-        paths = sorted(BUNDLED.glob("*.yaml"))
+        configs = [(kind, path) for kind in KINDS for path in bundled(kind)]
         if as_json:
-            print(json.dumps([{"name": p.stem, "path": str(p)} for p in paths]))
+            print(json.dumps([{"name": p.stem, "kind": k, "path": str(p)} for k, p in configs]))
             return
-        for path in paths:
-            print(f"{path.stem:12s} {path}")
+        for kind, path in configs:
+            print(f"{path.stem:28s} {kind:4s} {path}")
 
 
 def _method_entry(name: str, cls) -> dict:

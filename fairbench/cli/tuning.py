@@ -26,7 +26,7 @@ def tune(
         ),
     ] = False,
 ) -> None:
-    """Equal-budget random search per method, selection on validation, the selected
+    """Equal-draws random search per method, selection on validation, the selected
     configurations re-run on fresh seeds; writes selected/*.yaml (run configs), tuning.md and
     tuning.json (a row per selection and final seed). With `selection: private` in the
     config, tuning is paid for out of epsilon instead (private selection; tuning.md,
@@ -83,7 +83,7 @@ def tune(
     if infeasible:
         console.print(
             f"{infeasible} drawn configurations could not be calibrated at their ε "
-            f"(counted against their method's budget; see {layout.notes.name})"
+            f"(counted among their method's draws; see {layout.notes.name})"
         )
     for line in failures:
         err_console.print(f"failed {line}")

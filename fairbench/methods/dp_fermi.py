@@ -260,7 +260,7 @@ def project_rows(w: torch.Tensor, radius: float) -> torch.Tensor:
 
 class DPFermiHparams(CalibratedHparams):
     # The paper (Appendix F.2.1) uses batch 1024, 200 epochs, learning rates in [0.005, 0.01]
-    # and clip and diameter in [1, 5]; configs/fig-dp-fermi.yaml reproduces that. Under the
+    # and clip and diameter in [1, 5]; configs/runs/fig-dp-fermi.yaml reproduces that. Under the
     # full notion at eps = 1 on Adult (validation, 2 seeds), 40 epochs at step 0.1 trade better:
     # fewer steps need less noise per step. Step 0.5 collapses to a constant predictor for
     # lambda >= 4, and lambda >= 16 collapses at step 0.1.

@@ -1,5 +1,5 @@
 """`fig-literature`: the field's baselines (Jagielski et al., PF-LD, the DP-ERM mitigation)
-beside the seed methods, tuned with equal budgets (`fairbench tune`), in both privacy notions,
+beside the seed methods, tuned with equal draws (`fairbench tune`), in both privacy notions,
 with the published Adult points beside ours.
 
 Per dataset it writes a CSV (privacy_cost's rows plus each row's privacy notion and whether
@@ -360,7 +360,7 @@ def literature_figure(
         axes[i][0].set_ylabel("test error (tuned at τ)")
     suptitle(
         fig,
-        f"{dataset} · {rows['constraint'].iloc[0]}: tuned with equal budgets at each τ, "
+        f"{dataset} · {rows['constraint'].iloc[0]}: tuned with equal draws at each τ, "
         f"{len(tuned.config['final_seeds'])} fresh seeds (mean, 95% CI); tuning not "
         "charged to ε",
     )
@@ -463,7 +463,7 @@ def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Outpu
         1, "fig-literature: the field's baselines, tuned, in both privacy notions"
     )
     report.add(
-        "Equal budgets per method and ε, selection on validation, fresh seeds for the "
+        "Equal draws per method and ε, selection on validation, fresh seeds for the "
         "final runs (`fairbench tune`). Methods marked (A at test) read the sensitive "
         "attribute at prediction time."
     )
@@ -475,7 +475,7 @@ def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Outpu
         missing = unreachable(tuned)
         missing["privacy_notion"] = missing["method"].map(_label_notion(tuned))
         report.add(
-            f"Tune output `{tuned.path}`: {tuned.config['budget']} configurations per method and ε."
+            f"Tune output `{tuned.path}`: {tuned.config['draws']} configurations per method and ε."
         )
         for (dataset, constraint), mine in rows.groupby(["dataset", "constraint"]):
             key = f"{dataset}-{constraint}"

@@ -57,7 +57,7 @@ COLUMNS = [
 ]
 SPREAD_COLUMNS = [
     *COLUMNS[:6],  # dataset, model, constraint, tau, method, epsilon
-    "budget",
+    "draws",
     "n_configs",
     "n_infeasible",
     "n_feasible",
@@ -236,7 +236,7 @@ def search_spread(tuned: TuneOutput) -> pd.DataFrame:
                     "tau": float(tau),
                     "method": label,
                     "epsilon": float(eps),
-                    "budget": int(tuned.config["budget"]),
+                    "draws": int(tuned.config["draws"]),
                     "n_configs": len(group),
                     "n_infeasible": infeasible.get((dataset, eps, label), 0),
                     "n_feasible": len(within),
@@ -261,7 +261,7 @@ def _meta(tuned: TuneOutput, name: str) -> dict[str, Any]:
         "constraint": tuned.config["constraint"],
         "delta": float(tuned.config.get("delta", 1e-5)),
         "model": ", ".join(models),
-        "budget": tuned.config["budget"],
+        "draws": tuned.config["draws"],
         "search_seeds": len(tuned.config["search_seeds"]),
         "final_seeds": len(tuned.config["final_seeds"]),
         "epsilons": sorted(finite),

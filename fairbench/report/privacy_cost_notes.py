@@ -280,7 +280,7 @@ def dataset_document(
     doc.add(
         Bullets(
             [
-                f"{m['model']}: {m['budget']} configurations per method and ε, each on "
+                f"{m['model']}: {m['draws']} configurations per method and ε, each on "
                 f"{m['search_seeds']} search seed(s); selected ones on {m['final_seeds']} "
                 f"fresh seeds; ε ∈ {{{', '.join(f'{e:g}' for e in m['epsilons'])}}}; "
                 f"tune output `{m['path']}`."

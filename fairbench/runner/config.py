@@ -9,10 +9,8 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fairbench import constraints
@@ -25,9 +23,8 @@ from fairbench.methods.trial import resolve_device
 from fairbench.metrics import VIOLATIONS
 from fairbench.privacy import DEFAULT_DELTA, PrivacyBudget
 from fairbench.privacy.noise import OPENDP_MISSING
+from fairbench.runner.config_files import read_config, resolve_path
 from fairbench.runner.trial import TrialSpec
-
-BUNDLED = Path(__file__).resolve().parent.parent / "configs"
 
 
 class _Strict(BaseModel):
@@ -148,32 +145,11 @@ def _field_error(source: str, exc: ValidationError) -> ConfigError:
     return ConfigError(f"{source}: field {where!r}: {err['msg']}")
 
 
-def resolve_path(name_or_path: str) -> Path:
-    """A config path, or the name of a bundled config (`default`, `smoke`, ...)."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    bundled = BUNDLED / f"{name_or_path}.yaml"
-    if bundled.is_file():
-        return bundled
-    names = ", ".join(sorted(p.stem for p in BUNDLED.glob("*.yaml")))
-    raise ConfigError(f"config {name_or_path!r} not found: give a YAML path or one of: {names}")
-
-
 def load_config(name_or_path: str, overrides: list[str] | None = None) -> ExperimentConfig:
-    """A config file (or bundled name) validated, with `key=value` overrides applied first
-    (`runner.overrides`: checked like the file itself)."""
-    path = resolve_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(
-            f"{path}:{where} malformed YAML ({getattr(exc, 'problem', exc)})"
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
+    """A run config file (or bundled name), its `extends:` chain merged, validated, with
+    `key=value` overrides applied first (`runner.overrides`: checked like the file itself)."""
+    path = resolve_path(name_or_path, "run")
+    data = read_config(path, "run")
     if overrides:
         from fairbench.runner.overrides import apply_overrides
 

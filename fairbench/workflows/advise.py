@@ -7,7 +7,7 @@ Three parts, with different promises (threat model and contents: docs/privacy.md
    selection (Papernot and Steinke 2022; `fairbench.privacy.selection`): per applicable
    method `support` configurations are drawn from its space, the per-candidate budget is
    calibrated over all of them, then the number K of candidates is Poisson with mean
-   `budget` x methods, and each candidate is a method drawn uniformly and one of its support
+   `candidates` x methods, and each candidate is a method drawn uniformly and one of its support
    configurations drawn uniformly, trained on the training part and scored on validation by
    Laplace-noised counts drawn by its privacy session. The best by the noisy score under the
    target is released: its model, configuration, noisy score and the accounting
@@ -60,6 +60,7 @@ from fairbench.rundir.lock import run_lock
 from fairbench.rundir.models import MODELS
 from fairbench.rundir.store import ResultStore, finished_rows
 from fairbench.rundir.tuning import TuneLayout, read_analysis
+from fairbench.runner.config_files import BUNDLED
 from fairbench.runner.execute import execute
 from fairbench.runner.trial import NOISE_SAMPLERS, SPLIT_SEED, TrialSpec
 from fairbench.streams import numpy_stream, seed_sequence
@@ -75,6 +76,7 @@ from fairbench.workflows.private_selection import (
     validation_score,
     whole_record_problem,
 )
+from fairbench.workflows.spaces import resolve_space
 from fairbench.workflows.tune import (
     MethodSpace,
     TuneConfig,
@@ -83,7 +85,7 @@ from fairbench.workflows.tune import (
     sample_configurations,
 )
 
-SPACES = Path(__file__).resolve().parent.parent / "configs" / "advise.yaml"
+SPACES = BUNDLED / "advise" / "methods.yaml"  # the methods advise chooses among, and their spaces
 BATCH_FRACTIONS = (0.01, 0.02, 0.04, 0.08)  # of the training rows: fig-privacy-cost's rates
 TRAIN_SHARE = 0.75 * 0.85  # a record's chance of the training part (25% test, 15% of the rest)
 SUPPORT = 8  # configurations per method a candidate is drawn from
@@ -113,14 +115,14 @@ class Request:
     target tau, expected candidates per method, comparison repeats, whether methods that
     read the sensitive attribute at test time may be recommended, the seed (None: the
     operating system's entropy, a DP release), the methods to consider, the search spaces
-    (None: configs/advise.yaml), configurations per method, and exact discrete noise."""
+    (None: configs/advise/methods.yaml), configurations per method, and exact discrete noise."""
 
     dataset: dict[str, Any]
     epsilon: float
     constraint: str
     tau: float
     delta: float = 1e-5
-    budget: float = 4.0
+    candidates: float = 4.0  # expected per method: the Poisson mean of K over methods
     repeats: int = 5
     allow_sensitive_at_test: bool = False
     seed: int | None = None
@@ -201,10 +203,13 @@ class Plan:
 
 
 def load_spaces(path: str | None) -> list[dict[str, Any]]:
-    """The method entries of an advise spaces file (configs/advise.yaml's form)."""
+    """The method entries of an advise spaces file (configs/advise/methods.yaml's form), their
+    named spaces resolved (workflows.spaces)."""
     source = SPACES if path is None else Path(path)
     if not source.is_file():
-        raise ConfigError(f"--spaces {source}: no such file; give a YAML like configs/advise.yaml")
+        raise ConfigError(
+            f"--spaces {source}: no such file; give a YAML like configs/advise/methods.yaml"
+        )
     try:
         data = yaml.safe_load(source.read_text())
     except yaml.YAMLError as exc:
@@ -214,9 +219,12 @@ def load_spaces(path: str | None) -> list[dict[str, Any]]:
     if not (isinstance(data, dict) and isinstance(data.get("methods"), list) and data["methods"]):
         raise ConfigError(
             f"--spaces {source}: give `methods:`, a list of method entries "
-            "(name, hparams, space) like configs/advise.yaml"
+            "(name, hparams, space) like configs/advise/methods.yaml"
         )
-    return data["methods"]
+    try:
+        return [{**raw, "space": resolve_space(raw.get("space", {}))} for raw in data["methods"]]
+    except ValueError as exc:
+        raise ConfigError(f"--spaces {source}: {exc}") from None
 
 
 def applicable(
@@ -276,7 +284,7 @@ def _config(
             "epsilons": [request.epsilon],
             "delta": request.delta,
             "targets": [request.tau],
-            "budget": 1,
+            "draws": 1,
             "search_seeds": [-1],
             "final_seeds": list(range(repeats)),
             "split": split,
@@ -326,7 +334,13 @@ def plan(request: Request, roots: Roots | None = None) -> Plan:
         request.spaces,
     )
     joint = _config(
-        request, methods, "advise-release", request.budget * len(methods), roots.release, split, 1
+        request,
+        methods,
+        "advise-release",
+        request.candidates * len(methods),
+        roots.release,
+        split,
+        1,
     )
     templates = candidate_templates(joint, sample_configurations(joint, request.support))
     support = list(templates.values())
@@ -340,7 +354,7 @@ def plan(request: Request, roots: Roots | None = None) -> Plan:
         request,
         methods,
         "advise-comparison",
-        request.budget,
+        request.candidates,
         roots.comparison,
         roots.derived(roots.comparison, "advise/comparison split"),
         request.repeats,
@@ -472,7 +486,7 @@ def score_noise_notes(noise: dict[str, tuple[int, float]], tau: float) -> list[s
             f"group's rate has std at least {std:.2g} for the best-measured group "
             f"({best!r}, about {rows} validation rows) and {noise[worst][1]:.2g} for "
             f"{worst!r} (about {noise[worst][0]} rows), so few or no candidates will pass; "
-            "raise --epsilon or --tau, lower --budget, merge small groups (--other), or "
+            "raise --epsilon or --tau, lower --candidates, merge small groups (--other), or "
             "bring more rows"
         ]
     noisy = [g for g, (_, s) in noise.items() if s > tau]
@@ -690,8 +704,8 @@ def estimate(plan_: Plan, workers: int) -> None:
     if not seconds:
         return
     r = plan_.request
-    candidates = r.budget * methods * (1 + r.repeats / methods)
-    plan_.training_seconds = float(np.mean(seconds)) * candidates / workers
+    expected = r.candidates * methods * (1 + r.repeats / methods)
+    plan_.training_seconds = float(np.mean(seconds)) * expected / workers
 
 
 def looking_cost(plan_: Plan, out: Path) -> dict[str, float]:

@@ -45,7 +45,7 @@ def plan_text(plan_: Plan) -> str:
         f"  plan's noisy validation counts (for the warnings): epsilon "
         f"{PLAN_COUNT_SHARE * r.epsilon:.3g}, counted in the privacy spent",
         f"  comparison: {r.repeats} repeats x {len(plan_.methods)} methods, each its own "
-        f"private selection at epsilon {r.epsilon:g} (~{r.budget:g} candidates): an "
+        f"private selection at epsilon {r.epsilon:g} (~{r.candidates:g} candidates): an "
         "analysis, not a release",
         f"  calibrating the release took {describe_seconds(plan_.calibration_seconds)}",
         "  estimated time from here: "

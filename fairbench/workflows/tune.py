@@ -1,7 +1,7 @@
-"""`fairbench tune`: hyperparameter search with the same budget for every method.
+"""`fairbench tune`: hyperparameter search with the same number of draws for every method.
 
 Protocol (one rule for all methods, so no method is favoured by how hard it was tuned):
-1. Search: per method, `budget` configurations drawn at random from its space (the fairness
+1. Search: per method, `draws` configurations drawn at random from its space (the fairness
    knob included, as key `knob`), each fitted on every `search_seeds` seed at every epsilon.
    The search is an ordinary run (OUT/search), so it resumes and parallelises like one.
 2. Select, per (dataset, constraint, epsilon, target, method), on the validation split only:
@@ -13,7 +13,7 @@ Protocol (one rule for all methods, so no method is favoured by how hard it was 
    the search seeds) and evaluated once on test (OUT/final/<dataset>-eps<e>). The selected
    configurations are saved as run configs (OUT/selected/<dataset>-eps<e>.yaml), which
    `fairbench run` reuses as they are; OUT/tune.yaml keeps the validated tune config, so
-   that reports built from OUT (fairbench.report.privacy_cost) know its targets and budget.
+   that reports built from OUT (fairbench.report.privacy_cost) know its targets and draws.
    OUT/tuning.json is the result table every tuning path writes (`fairbench.rundir.tuning`:
    the layout and the row), a row per selection and final seed.
 
@@ -25,7 +25,7 @@ refused, as for a run directory.
 Infeasible draws. A drawn configuration whose noise cannot be calibrated to an epsilon (a
 Laplace scale too small for epsilon 0.1, say) fails with a `CalibrationError` at that epsilon.
 That is an outcome of the method's search space, not a broken run: the draw still counts
-against the method's budget, the table reports it (`infeasible`), and tune does not fail.
+among the method's draws, the table reports it (`infeasible`), and tune does not fail.
 
 Privacy of tuning. By default (`selection: free`) it is not charged, as in the papers, and
 every output says so ("tuning not charged"). `selection: private` pays for it out of the
@@ -63,19 +63,15 @@ from fairbench.rundir import tuning
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.store import finished_rows
 from fairbench.rundir.tuning import TuneLayout, TuningRow, write_table
-from fairbench.runner.config import (
-    DatasetEntry,
-    ExperimentConfig,
-    _Strict,
-    parse_config,
-    resolve_path,
-)
+from fairbench.runner.config import DatasetEntry, ExperimentConfig, _Strict, parse_config
+from fairbench.runner.config_files import read_config, resolve_path
 from fairbench.runner.execute import execute, prepare_run
 from fairbench.runner.trial import TrialSpec
+from fairbench.workflows.spaces import resolve_space
 
 KNOB = "knob"
 NOT_CHARGED = "tuning not charged"
-SCORE_SHARE = 0.5  # default share of a private candidate's budget spent on its noisy score
+SCORE_SHARE = 0.5  # default share of a private candidate's privacy budget spent on its noisy score
 SUPPORT = 16  # default configurations per method a private selection draws its candidates from
 CHARGED_BY_COMPOSITION = "tuning charged by composition (validation treated as public)"
 
@@ -85,11 +81,16 @@ class MethodSpace(_Strict):
     label: str | None = None
     hparams: dict[str, Any] = Field(default_factory=dict)  # fixed, not searched
     # name -> a list (uniform choice), {log: [lo, hi]} or {uniform: [lo, hi]}; `knob` is the
-    # method's fairness knob
+    # method's fairness knob. Or named spaces (workflows.spaces): `raco-dp`, `[raco-dp, ...]`
     space: dict[str, Any] = Field(default_factory=dict)
     # an accuracy reference (ERM; DP-SGD, the private one): selected on validation error alone,
     # the targets ignored
     unconstrained: bool = False
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _named(cls, value: Any) -> Any:
+        return resolve_space(value)
 
     @field_validator("space")
     @classmethod
@@ -125,7 +126,7 @@ class TuneConfig(_Strict):
     epsilons: list[float] = Field(min_length=1)
     delta: float = 1e-5
     targets: list[float] = Field(min_length=1)  # allowed validation violation
-    budget: int = Field(ge=1)  # configurations per method (per dataset, constraint, epsilon)
+    draws: int = Field(ge=1)  # configurations drawn per method (per dataset, constraint, epsilon)
     search_seeds: list[int] = Field(min_length=1)
     final_seeds: list[int] = Field(min_length=10)
     seed: int = 0  # of the random search
@@ -134,9 +135,9 @@ class TuneConfig(_Strict):
     # uncharged: private's procedure (random count, repeats) with tuning not charged, its twin
     selection: Literal["free", "private", "uncharged"] = "free"
     count: CountLaw | None = None  # the law of the number of candidates, for private
-    score_share: float = Field(SCORE_SHARE, gt=0, lt=1)  # of a candidate's budget, for its score
+    score_share: float = Field(SCORE_SHARE, gt=0, lt=1)  # of a candidate's ε, for its score
     # private or uncharged: configurations drawn per method before the count, the selection's
-    # support; each candidate is one of them uniformly at random, the budget covers them all
+    # support; each candidate is one of them uniformly at random, its ε is calibrated over them all
     support: int = Field(SUPPORT, ge=1)
     # a method none of whose candidates can be calibrated at an epsilon under private
     # selection: refuse the whole tune (error) or record it as releasing nothing (leave_out)
@@ -184,13 +185,9 @@ class TuneConfig(_Strict):
 
 
 def load_tune_config(name_or_path: str) -> TuneConfig:
-    path = resolve_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: malformed YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a tune config is a YAML mapping of keys")
+    """A tune config file (or bundled name), its `extends:` chain merged, validated."""
+    path = resolve_path(name_or_path, "tune")
+    data = read_config(path, "tune")
     try:
         config = TuneConfig.model_validate(data)
     except ValidationError as exc:
@@ -234,7 +231,7 @@ def _check_knob_space(path: Path, entry: MethodSpace) -> None:
 def sample_configurations(
     config: TuneConfig, count: int | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """label -> the first `count` (default `budget`) configurations (hparams with the knob
+    """label -> the first `count` (default `draws`) configurations (hparams with the knob
     under `knob`), drawn by one seeded generator per method, so adding a method never changes
     another's draws, and a longer draw starts with the shorter one."""
     out = {}
@@ -242,7 +239,7 @@ def sample_configurations(
         rng = np.random.default_rng([config.seed, index])
         out[entry.label or entry.name] = [
             {name: _draw(dist, rng) for name, dist in sorted(entry.space.items())}
-            for _ in range(config.budget if count is None else count)
+            for _ in range(config.draws if count is None else count)
         ]
     return out
 
@@ -528,9 +525,9 @@ def tuning_epsilon(
 
 def tuning_markdown(summary: pd.DataFrame, config: TuneConfig, charge: bool) -> str:
     lines = [
-        f"# {config.name}: tuning with equal budgets",
+        f"# {config.name}: tuning with equal draws",
         "",
-        f"Random search: {config.budget} configurations per method, each fitted on "
+        f"Random search: {config.draws} configurations per method, each fitted on "
         f"{len(config.search_seeds)} search seed(s) at every epsilon. Selection on the "
         "validation split only: the lowest mean validation error among configurations whose "
         "mean validation violation is within the target. Final: the selected configuration "
@@ -657,5 +654,5 @@ def _tune(
 
 
 def write_tune_config(out: Path, config: TuneConfig) -> None:
-    """OUT/tune.yaml: what the outputs were tuned under (targets, budget, seeds, spaces)."""
+    """OUT/tune.yaml: what the outputs were tuned under (targets, draws, seeds, spaces)."""
     tuning.write_tune_config(TuneLayout(out), config.model_dump())

@@ -146,8 +146,9 @@ def test_list_json(cli):
     assert methods["jagielski-post"]["sensitive_at_test"] and methods["erm"]["knob"] is None
     datasets = json.loads(cli("list", "datasets", "--json")[1])
     assert {"name": "synthetic", "description": datasets[-1]["description"]} in datasets
-    configs = {c["name"]: c["path"] for c in json.loads(cli("list", "configs", "--json")[1])}
-    assert configs["smoke"].endswith("smoke.yaml")
+    configs = {c["name"]: c for c in json.loads(cli("list", "configs", "--json")[1])}
+    assert configs["smoke"]["path"].endswith("runs/smoke.yaml")
+    assert configs["privacy-cost-german"]["kind"] == "tune"
 
 
 def test_data_check_json_is_one_object_per_file(cli, monkeypatch, adult_copy):

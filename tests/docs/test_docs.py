@@ -72,11 +72,11 @@ EXPENSIVE: dict[str, tuple[str, str]] = {
         "parse",
         "downloads a census PUMS file",
     ),
-    "fairbench run configs/smoke.yaml --executor dask --workers 2 --out runs/dask": (
+    "fairbench run configs/runs/smoke.yaml --executor dask --workers 2 --out runs/dask": (
         "--dry-run",
         "starts a Dask cluster; tests/runner/test_runner.py runs one against the local executor",
     ),
-    "fairbench run configs/smoke.yaml --executor dask --scheduler tcp://127.0.0.1:8786": (
+    "fairbench run configs/runs/smoke.yaml --executor dask --scheduler tcp://127.0.0.1:8786": (
         "parse",
         "needs a running Dask scheduler",
     ),

@@ -20,7 +20,7 @@ TUNE = {
     "constraint": "equalized_odds",
     "epsilons": [1.0],
     "targets": [0.3, 0.1],
-    "budget": 2,
+    "draws": 2,
     "search_seeds": [100],
     "final_seeds": list(range(10)),
     "methods": [

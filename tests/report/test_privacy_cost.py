@@ -24,7 +24,7 @@ TUNE = {
     "datasets": [{"name": "synthetic", "options": {"n_rows": 1000}}],
     "epsilons": [1.0, 8.0],
     "targets": list(TAUS),
-    "budget": 2,
+    "draws": 2,
     "search_seeds": [100],
     "final_seeds": list(range(10)),  # tune's minimum
     "methods": [
@@ -152,7 +152,7 @@ def test_a_method_that_cannot_reach_tau_has_no_row_and_is_listed(built):
     assert "raco-dp" not in set(table["method"])
     rows = read_table(TuneLayout(root / "tune"))
     raco = rows[rows["method"] == "raco-dp"]
-    assert set(zip(raco["candidates"], raco["infeasible"], strict=True)) == {(0, TUNE["budget"])}
+    assert set(zip(raco["candidates"], raco["infeasible"], strict=True)) == {(0, TUNE["draws"])}
     assert raco["selected"].isna().all() and raco["test_error"].isna().all()
     for tau in TAUS:
         assert f"- logistic, τ = {tau:g}: raco-dp at ε = 1, 8 (4 draws could not" in note
@@ -263,7 +263,7 @@ def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_p
             "constraint": "demographic_parity",
             "delta": 1e-5,
             "model": "logistic",
-            "budget": 2,
+            "draws": 2,
             "search_seeds": 1,
             "final_seeds": 10,
             "epsilons": [0.1, 8.0],

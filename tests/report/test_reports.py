@@ -297,7 +297,7 @@ def test_untuned_runs_say_so_and_tune_finals_name_their_tune_config():
             "datasets": ["synthetic"],
             "epsilons": [1.0],
             "targets": [0.05],
-            "budget": 1,
+            "draws": 1,
             "search_seeds": [100],
             "final_seeds": list(range(10)),
             "methods": [{"name": "erm", "unconstrained": True, "space": {"lr": [0.5]}}],

@@ -23,7 +23,7 @@ BASE = {
     "datasets": [{"name": "synthetic", "options": {"n_rows": 1200}}],
     "epsilons": [2.0],
     "targets": [0.3],
-    "budget": 1,
+    "draws": 1,
     "search_seeds": [100],
     "final_seeds": list(range(10)),
     "count": {"law": "poisson", "mean": 2.0},

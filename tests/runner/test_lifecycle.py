@@ -329,7 +329,7 @@ def test_tune_names_its_own_resume_command(cli, tmp_path, monkeypatch):
                 "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
                 "epsilons": [3.0],
                 "targets": [0.1],
-                "budget": 2,
+                "draws": 2,
                 "search_seeds": [100],
                 "final_seeds": list(range(10)),
                 "methods": [

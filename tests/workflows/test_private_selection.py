@@ -45,7 +45,7 @@ BASE = {
     "datasets": [{"name": "synthetic", "options": {"n_rows": 1200}}],
     "epsilons": [TARGET],
     "targets": [0.1, 0.3],
-    "budget": 3,
+    "draws": 3,
     "search_seeds": [100],
     "final_seeds": list(range(10)),
     "selection": "private",

@@ -40,7 +40,7 @@ BASE = {
     "datasets": [{"name": "synthetic", "options": {"n_rows": 800}}],
     "epsilons": [1.0],
     "targets": [0.1],
-    "budget": 1,
+    "draws": 1,
     "search_seeds": [100],
     "final_seeds": list(range(10)),
     "selection": "private",

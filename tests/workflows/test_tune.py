@@ -1,4 +1,4 @@
-"""`fairbench tune`: equal budgets, validation-only selection, fresh final seeds, reusable
+"""`fairbench tune`: equal draws, validation-only selection, fresh final seeds, reusable
 selected configs, and the stated tuning-privacy bound."""
 
 import math
@@ -18,7 +18,7 @@ BASE = {
     "datasets": [{"name": "synthetic", "options": {"n_rows": 1200}}],
     "epsilons": [3.0],
     "targets": [0.1, 0.3],
-    "budget": 3,
+    "draws": 3,
     "search_seeds": [100],
     "final_seeds": list(range(10)),
     "methods": [
@@ -36,7 +36,7 @@ BASE = {
 }
 
 
-def test_every_method_gets_the_same_budget_drawn_reproducibly_within_its_space():
+def test_every_method_gets_the_same_draws_reproducibly_within_its_space():
     draws = sample_configurations(TuneConfig.model_validate(BASE))
     assert {k: len(v) for k, v in draws.items()} == {"dp-sgd": 3, "raco-dp": 3}
     assert draws == sample_configurations(TuneConfig.model_validate(BASE))
@@ -60,7 +60,7 @@ def test_every_method_gets_the_same_budget_drawn_reproducibly_within_its_space()
         ),
         ({"methods": [{"name": "sgda", "space": {"knob": [0.05, "x"]}}]}, "holds numbers"),
         ({"methods": [{"name": "dp-sgd", "space": {"lr": {"log": [0, 1]}}}]}, "space.lr"),
-        ({"budjet": 3}, "unknown key 'budjet'"),
+        ({"budget": 3}, "unknown key 'budget'; valid keys there: .*draws"),
     ],
 )
 def test_bad_tune_configs_are_one_line_errors(tmp_path, change, message):
@@ -85,7 +85,7 @@ def tuned(tmp_path_factory):
 def test_selection_uses_validation_only_and_follows_the_one_rule(tuned):
     out, table = tuned
     search = trials_frame(finished_rows(out / "search", "test"))
-    assert len(search) == 2 * 3 * 1  # methods x budget x search seeds
+    assert len(search) == 2 * 3 * 1  # methods x draws x search seeds
     for row in table.itertuples(index=False):
         mine = search[search["label"].str.startswith(row.method + "#")]
         feasible = mine[mine["val_violation"] <= row.target]
@@ -126,7 +126,7 @@ def test_a_method_joins_a_finished_tune_without_redoing_the_others(tmp_path):
     only the new method's trials; any other change is still refused."""
     from fairbench.workflows.tune import run_tune
 
-    small = {**BASE, "budget": 1, "methods": BASE["methods"][:1]}
+    small = {**BASE, "draws": 1, "methods": BASE["methods"][:1]}
     out = tmp_path / "tune"
     table, _ = run_tune(TuneConfig.model_validate(small), out, 1, True, False, lambda _: None)
     # free selection is labelled in every output
