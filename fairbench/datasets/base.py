@@ -26,6 +26,9 @@ from fairbench.task import Provenance, Split, Task
 
 TEST_FRACTION = 0.25
 VAL_FRACTION = 0.15  # of the training part
+# a dataset option the runner reads itself: the seed of the split when it is not the trial's
+# (private selection's candidates share one split and draw independent noise)
+SPLIT_SEED = "split_seed"
 
 
 class DatasetOptions(BaseModel):

@@ -41,8 +41,9 @@ from fairbench.report.privacy_cost import (
     load_tune_output,
     unreachable,
 )
-from fairbench.report.privacy_cost_notes import WITHIN_TAU, unreached_text
-from fairbench.report.privacy_cost_plot import tau_panel
+from fairbench.report.privacy_cost_notes import WITHIN_TAU, fmt_eps, unreached_text
+from fairbench.report.privacy_cost_plot import mark_keys, tau_panel
+from fairbench.report.uncertainty_notes import satisfaction_section
 
 NOTIONS = ("full", "sensitive-attribute")
 NOTION_TITLES = {"full": "full-record DP", "sensitive-attribute": "DP of the sensitive attribute"}
@@ -364,7 +365,7 @@ def literature_figure(
         f"{len(tuned.config['final_seeds'])} fresh seeds (mean, 95% CI); tuning not "
         "charged to ε",
     )
-    legend_outside(fig, [ax for row in axes for ax in row])
+    legend_outside(fig, [ax for row in axes for ax in row], mark_keys(rows))
     for ax, labels in labelled:
         place_labels(ax, labels, color="grey", fontsize=5)
     return finish(fig)
@@ -491,6 +492,7 @@ def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Outpu
             report.heading(1, f"{dataset} · {constraint}")
             report.add(Images([(f"{key}.png", f"{key}.png")]), f"Rows: `{key}.csv`.")
             report.extend(dominance_document(table))
+            report.extend(satisfaction_section(mine, fmt_eps, by="privacy_notion"))
     table = matched(pd.concat(every, ignore_index=True), points)
     yield Csv("references.csv", table)
     yield Doc("references", references_document(table))

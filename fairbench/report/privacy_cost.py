@@ -35,6 +35,8 @@ from fairbench.report.privacy_cost_notes import (
     unreached_text,
 )
 from fairbench.report.privacy_cost_plot import privacy_cost_figure
+from fairbench.report.uncertainty import COLUMNS as UNCERTAINTY
+from fairbench.report.uncertainty import cell
 from fairbench.rundir.store import finished_rows
 from fairbench.rundir.tuning import TuneLayout, read_table, read_tune_config
 
@@ -54,6 +56,7 @@ COLUMNS = [
     "steps_mean",
     "selected",
     "selection_rule",
+    *UNCERTAINTY,  # violation interval, the splits' SEs, verdict, unstable (uncertainty.cell)
 ]
 SPREAD_COLUMNS = [
     *COLUMNS[:6],  # dataset, model, constraint, tau, method, epsilon
@@ -144,6 +147,16 @@ def final_trials(tuned: TuneOutput, row: pd.Series) -> pd.DataFrame:
     ]
 
 
+def search_trials(tuned: TuneOutput, row: pd.Series) -> pd.DataFrame:
+    """The search trials a selection row chose its configuration on (its validation values)."""
+    search = tuned.search
+    return search[
+        (search["label"] == row["selected"])
+        & (search["dataset"] == row["dataset"])
+        & (search["epsilon"] == row["epsilon"])
+    ]
+
+
 def _selected_json(row: pd.Series, trials: pd.DataFrame) -> str:
     """The chosen configuration as JSON: its search label, knob and every hyperparameter, as
     the final trials ran them (the result table's copy is the search's, as drawn)."""
@@ -181,6 +194,13 @@ def cost_rows(tuned: TuneOutput) -> pd.DataFrame:
                 "steps_mean": float(trials["steps"].mean()),
                 "selected": _selected_json(sel, trials),
                 "selection_rule": ERROR_ONLY if sel["method"] in free else WITHIN_TAU,
+                **cell(
+                    trials,
+                    search_trials(tuned, sel),
+                    tau,
+                    float(sel["val_violation"]),
+                    float(sel["val_error"]),
+                ),
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)

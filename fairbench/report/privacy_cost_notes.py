@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from fairbench.report.document import Bullets, Document, Images, Table
+from fairbench.report.uncertainty_notes import satisfaction_section
 
 # how a row's configuration was chosen: at the target, or (an accuracy reference such as
 # DP-SGD, which has no fairness knob) on validation error alone, the same at every target
@@ -71,13 +72,13 @@ def unreached_text(missing: pd.DataFrame) -> dict[float, str]:
     for tau, grp in missing.groupby("tau"):
         parts = []
         for method, rows in grp.groupby("method", sort=True):
-            eps = ", ".join(_fmt_eps(e) for e in sorted(rows["epsilon"]))
+            eps = ", ".join(fmt_eps(e) for e in sorted(rows["epsilon"]))
             parts.append(f"{method} ({eps if eps == 'non-private' else 'ε ' + eps})")
         out[float(tau)] = "; ".join(parts)
     return out
 
 
-def _fmt_eps(eps: float) -> str:
+def fmt_eps(eps: float) -> str:
     return "non-private" if math.isinf(eps) else f"{eps:g}"
 
 
@@ -209,7 +210,7 @@ def _spread_section(spread: pd.DataFrame, file: str) -> Document:
                 ]
             )
         doc.heading(3, model)
-        doc.add(Table(["method", *(_fmt_eps(e) for e in eps)], rows, "l" + "r" * len(eps)))
+        doc.add(Table(["method", *(fmt_eps(e) for e in eps)], rows, "l" + "r" * len(eps)))
     return doc
 
 
@@ -221,8 +222,9 @@ def _caption(delta: float) -> list[str]:
         "validation split at violation ≤ τ (the lowest mean validation error among a "
         "method's random configurations whose mean validation violation is within τ), "
         "re-run on fresh seeds and evaluated once on test: mean and 95% t-interval "
-        "(band). Hollow markers: fewer than half of the fresh seeds meet τ on held-out "
-        "data (`satisfied_fraction` < 0.5). Horizontal lines: ERM (non-private, selected "
+        "(band). A point's fill is its verdict at τ on test (below): filled, meets τ; "
+        "hollow, misses τ; half-filled, this test split cannot tell; a black ring marks an "
+        "unstable selection. Horizontal lines: ERM (non-private, selected "
         "on validation error alone) and the non-private fair reference (fairlearn "
         "ExponentiatedGradient, selected at τ by the same rule); the methods' "
         'non-private twins sit at the right edge. Dashed, "no fairness constraint": '
@@ -243,7 +245,7 @@ def _unreached_section(missing: pd.DataFrame) -> Document:
         return doc.add("Every method reached every τ at every ε on validation.")
     items = []
     for (model, tau, method), grp in missing.groupby(["model", "tau", "method"], sort=True):
-        eps = ", ".join(_fmt_eps(e) for e in sorted(grp["epsilon"]))
+        eps = ", ".join(fmt_eps(e) for e in sorted(grp["epsilon"]))
         where = "(non-private)" if eps == "non-private" else f"at ε = {eps}"
         bad = int(grp["infeasible"].sum())
         note = f" ({bad} draws could not be calibrated at these ε)" if bad else ""
@@ -291,6 +293,7 @@ def dataset_document(
     )
     ends = {model: (m["low"], m["high"]) for model, m in by_model(meta).items()}
     doc.extend(_bites_section(rows, ends))
+    doc.extend(satisfaction_section(rows, fmt_eps))
     doc.extend(_unreached_section(missing))
     doc.extend(_steps_section(rows))
     doc.extend(_spread_section(spread, f"{key}-search-spread.csv"))

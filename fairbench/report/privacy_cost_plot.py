@@ -1,9 +1,11 @@
 """The `fig-privacy-cost` figure of one dataset and model: test error against epsilon.
 
 One panel per target tau (loosest first), one line per private method with its 95% CI band,
-in the method's fixed colour and marker (`palette.style`). A point whose fresh seeds mostly
-miss tau on held-out data is drawn hollow, so a low error bought by violating the target is
-visible. A private method selected on validation error alone (DP-SGD, which has no fairness
+in the method's fixed colour and marker (`palette.style`). A point's fill is its verdict at
+tau on test (uncertainty.verdict): filled where it meets tau, hollow where it misses (a low
+error bought by violating the target is visible), half-filled where the test split cannot
+tell; a ring marks an unstable selection (test beyond validation by more than the splits'
+noise). A private method selected on validation error alone (DP-SGD, which has no fairness
 knob: the private accuracy reference) is dashed and labelled so, the same in every panel.
 ERM and the non-private fair reference are horizontal lines; the private methods'
 non-private twins (sgda, cgoo-nonprivate) are points at the right edge, past the largest
@@ -21,10 +23,19 @@ from matplotlib.lines import Line2D
 from fairbench.report.figure import finish, legend_outside, new_figure, panel_note, suptitle
 from fairbench.report.palette import style
 from fairbench.report.privacy_cost_notes import ERROR_ONLY
+from fairbench.report.uncertainty import MEETS, MISSES
 
 ERM = "erm"
 FAIR_REFERENCE = "fairlearn-eg"
-HOLLOW_BELOW = 0.5  # satisfied_fraction under which a point is drawn hollow
+# a point's look by its verdict ("" and cannot tell: half), and the legend's words for it
+LOOKS = {MEETS: "filled", MISSES: "hollow"}
+KEYS = {
+    "filled": "filled: meets τ on test (95% interval ≤ τ)",
+    "hollow": "hollow: misses τ on test (95% interval > τ)",
+    "half": "half-filled: test split cannot tell (SE > τ/2, or interval straddles τ)",
+}
+UNSTABLE = "ringed: unstable (test exceeds validation beyond the splits' noise)"
+RING = 12  # the unstable ring's marker size, around a point of size 5 to 6
 
 
 def _dodge(i: int, n: int, spread: float = 0.12) -> float:
@@ -46,8 +57,8 @@ def _reference(
 
 
 def _private_lines(ax, private: pd.DataFrame, plugins: dict[str, str]) -> None:
-    """One line per private method with its CI band; hollow markers where most fresh seeds
-    miss tau; dashed for an accuracy reference selected on validation error alone."""
+    """One line per private method with its CI band; each point filled by its verdict
+    (`_marks`); dashed for an accuracy reference selected on validation error alone."""
     methods = sorted(private["method"].unique())
     for i, (method, line) in enumerate(private.groupby("method", sort=True)):
         line = line.sort_values("epsilon")
@@ -71,17 +82,56 @@ def _private_lines(ax, private: pd.DataFrame, plugins: dict[str, str]) -> None:
             linestyle="--" if free else "-",
             label=f"{method} (no fairness constraint)" if free else method,
         )
-        hollow = line["satisfied_fraction"] < HOLLOW_BELOW
-        ax.plot(
-            x[hollow],
-            line.loc[hollow, "test_error_mean"],
-            linestyle="none",
-            marker=look.marker,
-            markersize=5,
-            markerfacecolor="white",
-            color=look.color,
-            zorder=3,  # above errorbar's own markers
-        )
+        _marks(ax, x, line, look.marker, look.color, 5)
+
+
+def _look(verdict: str) -> str:
+    return LOOKS.get(verdict, "half")
+
+
+def _fill(look: str, color: str) -> dict[str, Any]:
+    """Marker keywords for a look: the colour, white, or the lower half coloured."""
+    return {
+        "color": color,
+        "fillstyle": "bottom" if look == "half" else "full",
+        "markerfacecolor": "white" if look == "hollow" else color,
+        "markerfacecoloralt": "white",
+    }
+
+
+def _ring() -> dict[str, Any]:
+    return {
+        "marker": "o",
+        "markersize": RING,
+        "markerfacecolor": "none",
+        "markeredgecolor": "black",
+        "markeredgewidth": 0.8,
+    }
+
+
+def _marks(ax, x: pd.Series, rows: pd.DataFrame, marker: str, color: str, size: float) -> None:
+    """Each point's marker again, above errorbar's own, filled by its verdict; a black ring
+    around an unstable one."""
+    flagged = rows["unstable"].eq(True)  # None: not checked
+    for x_at, row, ring in zip(x, rows.itertuples(index=False), flagged, strict=True):
+        at = ([x_at], [row.test_error_mean])
+        fill = _fill(_look(row.verdict), color)
+        ax.plot(*at, linestyle="none", marker=marker, markersize=size, zorder=3, **fill)
+        if ring:
+            ax.plot(*at, linestyle="none", zorder=3, **_ring())
+
+
+def mark_keys(rows: pd.DataFrame) -> dict[str, Line2D]:
+    """Legend entries for the looks and the ring the points of `rows` use."""
+    used = set(rows["verdict"].map(_look))
+    keys = {
+        text: Line2D([], [], linestyle="none", marker="o", **_fill(look, "grey"))
+        for look, text in KEYS.items()
+        if look in used
+    }
+    if rows["unstable"].eq(True).any():
+        keys[UNSTABLE] = Line2D([], [], linestyle="none", **{**_ring(), "markersize": 8})
+    return keys
 
 
 def _twins(ax, here: pd.DataFrame, plugins: dict[str, str], edge: float) -> None:
@@ -89,20 +139,25 @@ def _twins(ax, here: pd.DataFrame, plugins: dict[str, str], edge: float) -> None
     twins = here[
         here["epsilon"].map(math.isinf).astype(bool) & ~here["method"].isin([ERM, FAIR_REFERENCE])
     ]
-    for i, row in enumerate(twins.sort_values("method").itertuples(index=False)):
-        look = style(plugins.get(row.method, row.method))
+    twins = twins.sort_values("method")
+    for i, (_, row) in enumerate(twins.iterrows()):
+        look = style(plugins.get(row["method"], row["method"]))
+        x = edge * _dodge(i, len(twins))
         ax.errorbar(
-            [edge * _dodge(i, len(twins))],
-            [row.test_error_mean],
-            yerr=[[row.test_error_mean - row.ci_low], [row.ci_high - row.test_error_mean]],
+            [x],
+            [row["test_error_mean"]],
+            yerr=[
+                [row["test_error_mean"] - row["ci_low"]],
+                [row["ci_high"] - row["test_error_mean"]],
+            ],
             color=look.color,
             marker=look.marker,
             markersize=6,
             capsize=3,
             linestyle="none",
-            markerfacecolor="white" if row.satisfied_fraction < HOLLOW_BELOW else look.color,
-            label=f"{row.method} (non-private)",
+            label=f"{row['method']} (non-private)",
         )
+        _marks(ax, pd.Series([x]), twins.iloc[[i]], look.marker, look.color, 6)
 
 
 def _references(ax, rows: pd.DataFrame, model: str, tau: float) -> None:
@@ -185,11 +240,5 @@ def privacy_cost_figure(
         f"{meta['title']} · {meta['constraint']} · {model}: tuned at each τ, "
         f"{meta['final_seeds']} fresh seeds (mean, 95% CI); tuning not charged to ε",
     )
-    extra = {}
-    mine = rows[rows["model"] == model]
-    if (mine["satisfied_fraction"] < HOLLOW_BELOW).any():
-        extra["hollow: under half the fresh seeds meet τ on test"] = Line2D(
-            [], [], linestyle="none", marker="o", color="grey", markerfacecolor="white"
-        )
-    legend_outside(fig, axes[0], extra)
+    legend_outside(fig, axes[0], mark_keys(rows[rows["model"] == model]))
     return finish(fig)

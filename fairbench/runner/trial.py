@@ -15,6 +15,7 @@ import numpy as np
 from fairbench import constraints, metrics
 from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
+from fairbench.datasets.base import SPLIT_SEED
 from fairbench.methods import FairnessSpec, Fitted, get_method
 from fairbench.methods.trial import Trial, as_device, resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, ledger_cache
@@ -25,9 +26,6 @@ from fairbench.runner.stamp import stamp
 from fairbench.task import Split, Task
 
 NOISE_SAMPLERS = {False: "float64, seeded", True: "exact discrete (OpenDP), OS entropy"}
-# a dataset option the runner reads itself: the seed of the split when it is not the trial's
-# (private selection's candidates share one split and draw independent noise)
-SPLIT_SEED = "split_seed"
 
 
 @dataclass(frozen=True)

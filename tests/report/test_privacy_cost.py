@@ -126,6 +126,40 @@ def test_each_row_equals_an_independent_recomputation_from_the_final_trials(buil
         assert chosen["lr"] == trials[0]["hparams"]["lr"]  # the selected hyper-parameters
 
 
+def test_each_rows_verdict_and_flag_follow_their_rules_from_the_final_and_search_trials(built):
+    """The interval of the violation, recomputed from the stores; the SEs finite (demographic
+    parity on the synthetic task is derivable); verdict and unstable by their rules."""
+    root, _ = built
+    table = pd.read_csv(root / "fig" / "synthetic.csv", keep_default_na=False, na_values=[""])
+    finals = _final_rows(root / "tune")
+    for row in table.itertuples(index=False):
+        label = json.loads(row.selected)["config"].replace("#", "-")
+        eps = None if math.isinf(row.epsilon) else row.epsilon
+        v = np.array(
+            [t["test_violation"] for t in finals if t["label"] == label and t["epsilon"] == eps]
+        )
+        half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+        assert row.violation_ci_low == pytest.approx(v.mean() - half)
+        assert row.violation_ci_high == pytest.approx(v.mean() + half)
+        assert 0 < row.violation_se < 0.2 and 0 < row.val_violation_se < 0.2
+        assert 0 < row.error_se < row.val_error_se  # validation is the smaller split
+        if (
+            row.violation_se > row.tau / 2
+            or row.violation_ci_low <= row.tau < row.violation_ci_high
+        ):
+            assert row.verdict == "cannot tell"
+        else:
+            assert row.verdict == ("meets" if row.violation_ci_high <= row.tau else "misses")
+        noise = stats.norm.ppf(0.975) * math.hypot(row.violation_se, row.val_violation_se)
+        noise_error = stats.norm.ppf(0.975) * math.hypot(row.error_se, row.val_error_se)
+        assert row.unstable == (
+            row.violation_mean - row.val_violation > noise
+            or row.test_error_mean - row.val_error > noise_error
+        )
+    note = (root / "fig" / "synthetic.md").read_text()
+    assert "## Does the test split tell whether τ holds?" in note
+
+
 def test_rows_are_exactly_the_selections_tune_made(built):
     root, _ = built
     table = pd.read_csv(root / "fig" / "synthetic.csv")
@@ -248,6 +282,18 @@ def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_p
             "satisfied_fraction": 0.0,
             "steps_mean": 100.0,
             "selection_rule": rule,
+            "n_seeds": 10,
+            "violation_mean": 0.1,
+            "violation_ci_low": 0.08,
+            "violation_ci_high": 0.12,
+            "violation_se": 0.01,
+            "verdict": "misses",
+            "val_violation": 0.04,
+            "val_violation_se": 0.01,
+            "error_se": 0.01,
+            "val_error": mean,
+            "val_error_se": 0.01,
+            "unstable": True,
         }
 
     rows = pd.DataFrame(
@@ -277,6 +323,9 @@ def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_p
     note = dataset_document("k", meta, rows, empty, spread, []).markdown()
     assert "| 0.05 | dp-sgd (no constraint) | 0.2500 | 0.1500 |" in note
     assert "| 0.05 | cgoo | 0.3000 | — |" in note
+    # the verdict table: 0.1 - 0.04 > 1.96 * sqrt(2) * 0.01, the error as validated
+    assert "| 0.05 | cgoo | 0.1 | 0.1000 [0.0800, 0.1200] | 0.0100 | 0/10 | misses | " in note
+    assert "| 0.0400 (0.0100) | violation |" in note
     _fig, axes = new_figure(1, 1, (4.8, 4.2))
     ax = axes[0][0]
     tau_panel(ax, rows, "logistic", 0.05, {}, [0.1, 8.0], "")
