@@ -3,7 +3,7 @@
 
 Stage 1 (Algorithm 1), budget tau (a share `stage1_share` of the total):
 - X^T X and X^T Y with Gaussian noise (Analyze-Gauss, Lemma D.1), rows clipped to `clip_x` and
-  targets to `clip_y`; a symmetric noise matrix for X^T X. Budget tau/(K+1), split in two.
+  targets to `clip_y`; a symmetric noise matrix for X^T X. Privacy budget tau/(K+1), split in two.
 - The precursor: beta = (X^T X)^-1 X^T Y for regression. For classification, a logistic
   precursor instead: `precursor_steps` of full-batch gradient descent, each step a Gaussian sum
   of per-record gradients clipped to `clip_x`, the same tau/(K+1) split across the steps.
@@ -96,7 +96,7 @@ from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import Outcome, TrainingProgram
 from fairbench.methods.knob import Direction, Knob
-from fairbench.methods.plan import Budget, DataShape, Plan
+from fairbench.methods.plan import DataShape, Plan, TrainingBudget
 from fairbench.methods.trial import Device, FairnessSpec, Hparams, Trial
 from fairbench.models import build_model
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
@@ -160,7 +160,7 @@ class DPSEHparams(Hparams):
     )
 
 
-class _Budget:
+class _RhoSplit:
     """rho of every release, from the total and the split (see the module docstring)."""
 
     def __init__(self, rho: float, hp: DPSEHparams, k: int, tailored: bool, counts: bool):
@@ -302,7 +302,7 @@ class DPSE(Method):
             info["bounded_loss"] = "log_loss"
         info["epsilon_paper_zcdp"] = rho + 2 * math.sqrt(rho * math.log(1 / privacy.delta))
         # full-batch rounds; the zCDP budget rho is what the accountant solved for
-        budget = Budget(hp.steps, None, {"rho": rho}, "rho")
+        budget = TrainingBudget(hp.steps, None, {"rho": rho}, "rho")
         return Plan(ledger, budget=budget, info=info)
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
@@ -320,9 +320,9 @@ class DPSE(Method):
         """Whether this is DPNoSE as the paper defines it: standard DPGD, no stage 1."""
         return not self.tailored and bound is None and self.hparams.objective == "pooled"
 
-    def _budget(self, rho: float, k: int) -> _Budget:
+    def _budget(self, rho: float, k: int) -> _RhoSplit:
         """The rho of every release of stage 1 and stage 2 from the total, for k groups."""
-        return _Budget(rho, self.hparams, k, self.tailored, self.hparams.group_sizes == "private")
+        return _RhoSplit(rho, self.hparams, k, self.tailored, self.hparams.group_sizes == "private")
 
     # -- losses and per-record gradients of [x, 1] theta ------------------------------------
     def _loss_grad(self, z, y, theta, classify: bool):
@@ -330,7 +330,7 @@ class DPSE(Method):
         loss, coef = _logistic_or_squared(z @ theta, y, classify)
         return loss, coef[:, None] * z
 
-    def _stage1_plan(self, budget: _Budget, k: int, classify: bool) -> list[tuple]:
+    def _stage1_plan(self, budget: _RhoSplit, k: int, classify: bool) -> list[tuple]:
         """(label, event, group) of stage 1 and the counts: fixed before any data is read."""
         hp = self.hparams
         plan = []
@@ -346,7 +346,7 @@ class DPSE(Method):
             plan += [(GRAM, _gauss(budget.design), None), (XTY, _gauss(budget.design), None)]
         return plan + [(f"{RESIDUALS} {g}", _gauss(budget.residuals), g) for g in range(k)]
 
-    def _precursor(self, z, y, classify, budget: _Budget, session) -> np.ndarray | None:
+    def _precursor(self, z, y, classify, budget: _RhoSplit, session) -> np.ndarray | None:
         hp = self.hparams
         zc = _clip_rows(z, hp.clip_x)
         if classify:  # logistic precursor: noisy full-batch gradient steps on the design share

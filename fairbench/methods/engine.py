@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.plan import Budget, DataShape, Plan, Schedule
+from fairbench.methods.plan import DataShape, Plan, Schedule, TrainingBudget
 from fairbench.methods.trial import (
     Calibrated,
     Device,
@@ -199,7 +199,9 @@ class Outcome:
     derived: np.ndarray | None = None
     privacy_notion: str | None = None
     target_accounting: str = "suite"
-    budget: Budget | None = None  # what ran, when only training could tell (else the plan's)
+    budget: TrainingBudget | None = (
+        None  # what ran, when only training could tell (else the plan's)
+    )
 
 
 @dataclass(frozen=True)

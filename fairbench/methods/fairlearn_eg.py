@@ -46,7 +46,7 @@ from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import Outcome, TrainingProgram
 from fairbench.methods.knob import Direction, Knob
-from fairbench.methods.plan import Budget, DataShape, Plan
+from fairbench.methods.plan import DataShape, Plan, TrainingBudget
 from fairbench.methods.trial import Device, FairnessSpec, Hparams, Trial
 from fairbench.privacy import PrivacyBudget
 from fairbench.task import Task
@@ -187,7 +187,7 @@ class FairlearnEG(Method):
         dev = session.device
         components: list[nn.Module] = [r.to(dev) for r in rules]
         # a step here is one oracle call: a full-data logistic-regression fit
-        budget = Budget(int(eg.n_oracle_calls_))
+        budget = TrainingBudget(int(eg.n_oracle_calls_))
         if len(rules) == 1:  # a one-component mixture is a deterministic classifier
             return Outcome(info, components[0], budget=budget)
         return Outcome(

@@ -3,8 +3,8 @@
 A plan is a pure function of public inputs (the shape of the training data, the target
 (epsilon, delta), the fairness spec, the trial's seed): the schedule the engine's loop runs,
 the privacy events that loop will release (the ledger the session then checks every draw
-against), what training will have run (`Budget`, for reports), and the public quantities a
-row reports (`info`). Preflight, calibration and private selection call `Method.plan`
+against), what training will have run (`TrainingBudget`, for reports), and the public
+quantities a row reports (`info`). Preflight, calibration and private selection call `Method.plan`
 directly: nothing trains to learn a plan (as opacus computes the noise from public values
 before it touches the model).
 """
@@ -37,7 +37,7 @@ class DataShape:
 
 
 @dataclass(frozen=True)
-class Budget:
+class TrainingBudget:
     """What training actually ran, in one shape for every method, so that reports can put
     methods' effort side by side (a method that ran 7 steps beside one that ran 146).
 
@@ -68,13 +68,13 @@ class Schedule:
     shuffle: int | None = None
     drop_last: bool = False
 
-    def budget(self, steps: int | None = None, /, **other_noise: float) -> Budget:
-        """The trial's `Budget`: the Gaussian noise under `gradient`, other releases' scales by
-        name; `steps` when fewer were run than scheduled."""
+    def budget(self, steps: int | None = None, /, **other_noise: float) -> TrainingBudget:
+        """The trial's `TrainingBudget`: the Gaussian noise under `gradient`, other releases'
+        scales by name; `steps` when fewer were run than scheduled."""
         steps = self.steps if steps is None else steps
         if self.noise_multiplier <= 0:
-            return Budget(int(steps), float(self.sampling_rate))
-        return Budget(
+            return TrainingBudget(int(steps), float(self.sampling_rate))
+        return TrainingBudget(
             steps=int(steps),
             sampling_rate=float(self.sampling_rate),
             noise={"gradient": float(self.noise_multiplier)}
@@ -102,7 +102,7 @@ class Plan:
     ledger: PrivacyLedger = field(default_factory=PrivacyLedger)
     schedule: Schedule | None = None
     rounds: int | None = None
-    budget: Budget | None = None
+    budget: TrainingBudget | None = None
     info: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from fairbench.errors import ConfigError
-from fairbench.methods.plan import Budget
+from fairbench.methods.plan import TrainingBudget
 from fairbench.models import ModelKind
 from fairbench.privacy import PrivacyLedger
 from fairbench.privacy.session import PrivacySession
@@ -132,7 +132,7 @@ class Fitted:
     target_accounting: str = "suite"
     components: list[nn.Module] = field(default_factory=list)
     weights: list[float] | None = None  # per-component probabilities; None: uniform
-    budget: Budget | None = None
+    budget: TrainingBudget | None = None
     plan: PrivacyLedger | None = None  # what the method declared before drawing noise
     # a group-aware derived predictor (Hardt et al. 2016): P(output 1 | model's hard
     # prediction, group), shape (2, groups); set, predictions read the sensitive attribute

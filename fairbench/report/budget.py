@@ -1,7 +1,7 @@
 """Each trial's training budget as flat columns, so that every table shows the effort behind a
 point: steps, epochs, expected batch size, noise, and which quantity the accountant solved for.
 
-Rows carry the method's `Budget` (fairbench.methods.base). Rows stored before it existed are
+Rows carry the method's `TrainingBudget` (fairbench.methods.base). Rows stored before it existed are
 read from their `info` and hyperparameters instead (`_legacy_budget`), so that committed runs
 can be re-reported without re-running them.
 """

@@ -66,7 +66,7 @@ from fairbench.runner.trial import NOISE_SAMPLERS, SPLIT_SEED, TrialSpec
 from fairbench.streams import numpy_stream, seed_sequence
 from fairbench.task import Task
 from fairbench.workflows.private_selection import (
-    MethodBudget,
+    SelectionCalibration,
     bare,
     calibrate,
     candidate_seed,
@@ -182,7 +182,7 @@ class Plan:
     skipped: dict[str, str]
     joint: AdviceConfig
     support: list[TrialSpec]
-    budget: MethodBudget
+    budget: SelectionCalibration
     comparison: AdviceConfig
     candidates: list[TrialSpec] = field(repr=False)
     exact: Exact
@@ -395,7 +395,7 @@ def plan(request: Request, roots: Roots | None = None) -> Plan:
 def release_candidates(
     joint: AdviceConfig,
     templates: dict[tuple, TrialSpec],
-    budget: MethodBudget,
+    budget: SelectionCalibration,
     root: int,
     split: int,
     secure: bool,

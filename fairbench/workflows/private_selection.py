@@ -130,7 +130,7 @@ ANALYSIS = (
 
 
 @dataclass(frozen=True)
-class MethodBudget:
+class SelectionCalibration:
     """One (dataset, epsilon, method)'s calibrated private selection."""
 
     candidate_epsilon: float  # b: the per-candidate budget the bisection solved for
@@ -153,12 +153,12 @@ class MethodBudget:
         return None if index is None else PrivacyLedger.from_json(self.plans[index])
 
     @classmethod
-    def uncharged(cls, epsilon: float) -> MethodBudget:
+    def uncharged(cls, epsilon: float) -> SelectionCalibration:
         """`selection: uncharged`: train at the full epsilon, score exactly, charge nothing."""
         return cls(epsilon, epsilon, 0.0, math.nan, PrivacyLedger())
 
     @classmethod
-    def leaving_out(cls, reason: str) -> MethodBudget:
+    def leaving_out(cls, reason: str) -> SelectionCalibration:
         """`uncalibratable: leave_out`: no candidate runs, every repeat releases nothing, and
         nothing is spent on the data."""
         return cls(math.nan, math.nan, math.nan, 0.0, PrivacyLedger(), left_out=reason)
@@ -323,7 +323,7 @@ def refuse_partial(specs: Iterable[TrialSpec]) -> None:
             raise ConfigError(f"candidate {bare(spec.label)}: {problem}")
 
 
-def calibrate(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget:
+def calibrate(config: TuneConfig, specs: list[TrialSpec]) -> SelectionCalibration:
     """Solve the per-candidate budget b for the config's target epsilon (the specs' epsilon)
     over the support `specs`, which may run different mechanisms (batch sizes, epochs,
     Laplace scales, even methods): the selection is bounded from the pointwise maximum of
@@ -334,7 +334,7 @@ def calibrate(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget:
     training epsilon have nearly equal curves (within 1% on a 16-configuration support), so
     the bisection runs on the `BISECTED` distinct plans whose selections alone cost most at
     the target. At the solved budget every configuration's plan is captured, recorded
-    (`MethodBudget.plan_of`) and the total recomputed over all of them; while plans left out
+    (`SelectionCalibration.plan_of`) and the total recomputed over all of them; while plans left out
     of the bisection push it over the target, it runs again with the costliest of those
     added."""
     spec = specs[0]
@@ -395,7 +395,7 @@ def calibrate(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget:
     ledger = PrivacyLedger([*plans[worst].entries])
     ledger.record(SCORE_LABEL, dp_event.LaplaceDpEvent(scale))
     plan_of = tuple((bare(s.label), keys.index(key)) for s, key, _ in planned)
-    return MethodBudget(
+    return SelectionCalibration(
         budget, training, scale, total, ledger, tuple(p.to_json() for p in plans), plan_of
     )
 
@@ -469,21 +469,23 @@ def run_private(
     picks = draw_picks(config, draw_counts(config))
     keys = sorted({(d, e, lab.rsplit("#", 1)[0]) for d, e, lab in templates})
     if config.selection == "uncharged":
-        solved: list[MethodBudget | str] = [MethodBudget.uncharged(eps) for _, eps, _ in keys]
+        solved: list[SelectionCalibration | str] = [
+            SelectionCalibration.uncharged(eps) for _, eps, _ in keys
+        ]
     else:
         jobs = [
             [templates[(dataset, eps, f"{label}#{u}")] for u in range(config.support)]
             for dataset, eps, label in keys
         ]
         solved = _calibrate_all(config, jobs, workers, quiet)
-    budgets: dict[tuple[str, float, str], MethodBudget] = {}
+    budgets: dict[tuple[str, float, str], SelectionCalibration] = {}
     for (dataset, eps, label), budget in zip(keys, solved, strict=True):
         if isinstance(budget, str):
             message = f"method {label} on {dataset} at epsilon {eps:g}: {budget}"
             if not (skip_uncalibratable or config.uncalibratable == "leave_out"):
                 raise CalibrationError(message)
             warn(f"left out: {message}")
-            budget = MethodBudget.leaving_out(budget)
+            budget = SelectionCalibration.leaving_out(budget)
         budgets[(dataset, eps, label)] = budget
     if all(b.left_out is not None for b in budgets.values()):
         raise CalibrationError("no method can be calibrated for private selection here")
@@ -494,12 +496,12 @@ def run_private(
 
 def _calibrate_all(
     config: TuneConfig, jobs: list[list[TrialSpec]], workers: int, quiet: bool = True
-) -> list[MethodBudget | str]:
+) -> list[SelectionCalibration | str]:
     """Each job's calibration (its candidates' specs) or the reason it has none, in job
     order. The jobs are independent and deterministic, and each takes seconds to minutes (the
     methods' own noise calibration inside the bisection), so several run in spawned worker
     processes; progress counts finished calibrations (`failed`: none calibrates)."""
-    out: list[MethodBudget | str | None] = [None] * len(jobs)
+    out: list[SelectionCalibration | str | None] = [None] * len(jobs)
     with trial_progress(len(jobs), quiet, "calibrations") as advance:
         if workers <= 1 or len(jobs) <= 1:
             for index, specs in enumerate(jobs):
@@ -526,7 +528,7 @@ def _calibrate_all(
     return out  # type: ignore[return-value]  # every job's entry is set above
 
 
-def _calibrate_or_reason(config: TuneConfig, specs: list[TrialSpec]) -> MethodBudget | str:
+def _calibrate_or_reason(config: TuneConfig, specs: list[TrialSpec]) -> SelectionCalibration | str:
     try:
         return calibrate(config, specs)
     except CalibrationError as exc:
@@ -537,7 +539,7 @@ def candidate_specs(
     config: TuneConfig,
     picks: dict[str, list[list[int]]],
     templates: dict[tuple, TrialSpec],
-    budgets: dict[tuple[str, float, str], MethodBudget],
+    budgets: dict[tuple[str, float, str], SelectionCalibration],
 ) -> dict[tuple[str, float, str, int, int], TrialSpec]:
     """(dataset, epsilon, method label, repeat, candidate index) -> the candidate's trial: its
     support configuration at the training epsilon, its own seed, the repeat's split."""
@@ -601,7 +603,7 @@ def _select(
     dataset: str,
     eps: float,
     label: str,
-    budget: MethodBudget,
+    budget: SelectionCalibration,
     picks: list[list[int]],
     rows: dict,
 ) -> dict[str, Any]:
@@ -690,7 +692,9 @@ def _select(
     }
 
 
-def validation_score(row: dict, budget: MethodBudget, constraint: str) -> tuple[float, float]:
+def validation_score(
+    row: dict, budget: SelectionCalibration, constraint: str
+) -> tuple[float, float]:
     """A finished candidate's validation (error, violation) from its exact counts; when the
     selection is charged, its ledger is first checked against its plan and the counts get the
     score's Laplace noise from a privacy session of the candidate's seed (the exact sampler
@@ -703,7 +707,7 @@ def validation_score(row: dict, budget: MethodBudget, constraint: str) -> tuple[
     return score(cells, constraint)
 
 
-def _check_ledger(row: dict, budget: MethodBudget) -> None:
+def _check_ledger(row: dict, budget: SelectionCalibration) -> None:
     """A candidate ran under whole-record DP and its recorded training ledger is the plan the
     selection accounted it with (the same RDP curve as `budget.plan_for` its label), or the
     stated total would be wrong."""
@@ -777,7 +781,7 @@ def result_rows(config: TuneConfig, record: dict[str, Any]) -> list[TuningRow]:
     return out
 
 
-def _summary_rows(config: TuneConfig, record: dict, budget: MethodBudget) -> list[dict]:
+def _summary_rows(config: TuneConfig, record: dict, budget: SelectionCalibration) -> list[dict]:
     """One tuning.md row per target: the released models' test error and violation over
     the repeats (mean ± 95% CI), the most often released candidate, and the selection's
     budget."""

@@ -70,7 +70,7 @@ def test_stage_one_gives_noisier_groups_larger_standard_errors(mixture):
 def test_a_tiny_budget_falls_back_to_uniform_standard_errors(mixture):
     method = get_method("dpse", steps=5)
     k = mixture.n_groups
-    budget = dpse._Budget(1e-6, method.hparams, k, True, False)
+    budget = dpse._RhoSplit(1e-6, method.hparams, k, True, False)
     z = np.hstack([mixture.train.X, np.ones((len(mixture.train), 1))])
     sizes = np.bincount(mixture.train.s).astype(float)
     session = session_module.PrivacySession(0, budget=PrivacyBudget(1.0))

@@ -310,11 +310,11 @@ def test_a_candidate_whose_ledger_is_not_its_plan_is_refused(selected):
 
 
 def _budget_of(record):
-    from fairbench.workflows.private_selection import MethodBudget
+    from fairbench.workflows.private_selection import SelectionCalibration
 
     plans = tuple(record["candidate_plans"])
     ledger = PrivacyLedger.from_json(record["candidate_ledger"])
-    return MethodBudget(
+    return SelectionCalibration(
         record["candidate_epsilon"],
         record["training_epsilon"],
         record["score_laplace_scale"],
