@@ -19,8 +19,10 @@ bound on epsilon, like dp-accounting's own PLDs):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TypeAlias
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any, TypeAlias
 
 import attrs
 import numpy as np
@@ -36,6 +38,7 @@ NEGLIGIBLE_DELTA = 1e-22  # hockey-stick mass left at +infinity (dp-accounting's
 MAX_GRID_POINTS = 2_000_000  # beyond, the remaining mass goes to +infinity (pessimistic)
 SMALLEST_INTERVAL = 1e-4
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
+MAX_CACHED_PLDS = 16  # per process; a calibration uses two (search, report); each <= ~50 MB
 
 
 @attrs.frozen
@@ -189,7 +192,72 @@ def _gaussian_precision(event: dp_event.DpEvent) -> float | None:
 def build(event: dp_event.DpEvent, interval: float, pessimistic: bool = True) -> PLD:
     """The PLD (add/remove-one neighbours unless the event says otherwise) of `event`.
     `pessimistic=False` rounds the other way, giving a lower bound on epsilon (for
-    cross-checks); the two custom releases have no such form and raise NoOptimisticBound."""
+    cross-checks); the two custom releases have no such form and raise NoOptimisticBound.
+
+    Compositions are built from their parts' PLDs, and each part that is built from scratch
+    (one release, sampled or not, or unsampled Gaussians merged into one) comes from a cache
+    (`_cached`): a step-count calibration's probes then only self-compose one PLD. The result
+    may be a cached object: treat it as immutable (dp-accounting's compose, self_compose and
+    epsilon/delta queries return new objects and never modify their operands)."""
+    if _gaussian_precision(event) is None:
+        if isinstance(event, dp_event.ComposedDpEvent):
+            result = pld_lib.identity(interval, pessimistic)
+            for part in event.events:
+                result = result.compose(build(part, interval, pessimistic))
+            return result
+        if isinstance(event, dp_event.SelfComposedDpEvent):
+            return build(event.event, interval, pessimistic).self_compose(event.count)
+    return _cached(event, interval, pessimistic)
+
+
+_cache: OrderedDict[Hashable, PLD] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def event_key(value: Any) -> Hashable | None:
+    """An exact hashable form of a DpEvent (attrs classes; `ComposedDpEvent` holds a list, so
+    events are not hashable themselves): class, then each field, scalars as (type, repr).
+    `repr` round-trips floats exactly and tells -0.0 from 0.0. None (do not cache) if a field
+    holds anything else, e.g. an array, whose repr may elide values."""
+    if isinstance(value, dp_event.DpEvent) and attrs.has(type(value)):
+        fields = [event_key(getattr(value, f.name)) for f in attrs.fields(type(value))]
+        return None if None in fields else (type(value), *fields)
+    if isinstance(value, list | tuple):
+        items = [event_key(v) for v in value]
+        return None if None in items else (type(value), *items)
+    if value is None or type(value) in (bool, int, float, str):
+        return type(value), repr(value)
+    return None
+
+
+def _cached(event: dp_event.DpEvent, interval: float, pessimistic: bool) -> PLD:
+    """`_build_one(event, ...)`, built once per distinct (event, interval, pessimistic) and
+    kept in a least-recently-used cache of `MAX_CACHED_PLDS`. A hit is the PLD the miss built,
+    so its epsilons are identical to the last digit."""
+    key = event_key(event)
+    if key is None:
+        return _build_one(event, interval, pessimistic)
+    full_key = (key, type(interval), repr(interval), bool(pessimistic))
+    with _cache_lock:
+        if (hit := _cache.get(full_key)) is not None:
+            _cache.move_to_end(full_key)
+            return hit
+    built = _build_one(event, interval, pessimistic)
+    with _cache_lock:
+        _cache[full_key] = built
+        while len(_cache) > MAX_CACHED_PLDS:
+            _cache.popitem(last=False)
+    return built
+
+
+def clear_cache() -> None:
+    """Empty the one-step PLD cache (tests compare cached and freshly built PLDs)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _build_one(event: dp_event.DpEvent, interval: float, pessimistic: bool) -> PLD:
+    """The PLD of one release (or unsampled Gaussians, merged), built from scratch."""
     if isinstance(event, dp_event.NoOpDpEvent):
         return pld_lib.identity(interval, pessimistic)
     if (precision := _gaussian_precision(event)) is not None:  # one Gaussian, exactly
@@ -199,13 +267,6 @@ def build(event: dp_event.DpEvent, interval: float, pessimistic: bool = True) ->
             pessimistic_estimate=pessimistic,
             use_connect_dots=pessimistic,
         )
-    if isinstance(event, dp_event.ComposedDpEvent):
-        result = pld_lib.identity(interval, pessimistic)
-        for part in event.events:
-            result = result.compose(build(part, interval, pessimistic))
-        return result
-    if isinstance(event, dp_event.SelfComposedDpEvent):
-        return build(event.event, interval, pessimistic).self_compose(event.count)
     if not pessimistic and isinstance(event, SubstitutionSampledDpEvent):
         raise NoOptimisticBound("substitution-sampled release")
     if isinstance(event, SubstitutionSampledDpEvent):
