@@ -5,6 +5,8 @@ Reported epsilons use dp-accounting's default PLD discretisation (pessimistic, s
 bound). Calibration searches with a 10x coarser discretisation (also pessimistic, ~10x faster),
 then checks the result with the reporting accountant and tightens it until the reported
 epsilon is within the target: a calibrated mechanism never reports more than it was asked.
+A step-count search's probes differ only in the count, so they share one cached one-step PLD
+(`pld.build`) and each costs a self-composition.
 """
 
 from __future__ import annotations
