@@ -20,7 +20,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from fairbench.errors import CalibrationError, ConfigError
-from fairbench.privacy import events, pld
+from fairbench.privacy import events, pld, rdp
 
 REPORT_DISCRETISATION = 1e-4  # dp-accounting's default
 SEARCH_DISCRETISATION = 1e-3
@@ -239,18 +239,40 @@ def calibrate_steps(
             f"even one step exceeds epsilon={target_epsilon} at noise multiplier "
             f"{noise_multiplier}; raise the noise multiplier (or the Laplace scale)"
         )
+    start = _rdp_start(sampling_rate, noise_multiplier, laplace_scale, delta, target_epsilon, shape)
+    if start > 1 and eps(start, SEARCH_DISCRETISATION) > target_epsilon:
+        start = 1
     return int(
         _solve_monotone(
             eps,
             target_epsilon,
             increasing=True,
-            start=1,
+            start=start,
             limits=(1, MAX_STEPS),
             integer=True,
             start_meets=True,
             cap=True,
         )
     )
+
+
+def _rdp_start(
+    q: float, sigma: float, laplace: float | None, delta: float, target: float, shape: StepShape
+) -> int:
+    """The largest power of two of steps whose RDP epsilon meets `target` (1 if RDP cannot
+    account the schedule). The step search doubles from 1 through the powers of two, so
+    starting it here, where the PLD meets the target too, skips only probes that meet it
+    (epsilon grows with the steps): the search then probes, and returns, exactly as before."""
+    one = events.sgd_steps(q, sigma, 1, laplace, shape.gaussians, shape.substitution).event
+    try:
+        step = rdp.rdp_curve(one)
+        extra = np.zeros_like(step) if shape.extra is None else rdp.rdp_curve(shape.extra)
+    except ConfigError:  # substitution neighbours: no RDP curve
+        return 1
+    start = 1
+    while start * 2 <= MAX_STEPS and rdp.epsilon(start * 2 * step + extra, delta) <= target:
+        start *= 2
+    return start
 
 
 @lru_cache(maxsize=256)

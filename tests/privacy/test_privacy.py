@@ -19,7 +19,15 @@ from fairbench.privacy import (
     calibrate_steps,
     epsilon,
 )
-from fairbench.privacy.accountant import REPORT_DISCRETISATION, _solve_monotone
+from fairbench.privacy.accountant import (
+    MAX_STEPS,
+    PLAIN,
+    REPORT_DISCRETISATION,
+    StepShape,
+    _rdp_start,
+    _sgd_epsilon,
+    _solve_monotone,
+)
 from fairbench.privacy.contributions import Rows, StackedScattered, clipped_sum
 from fairbench.privacy.crosscheck import rdp_epsilon
 from fairbench.privacy.events import from_dict, sgd_steps, to_dict
@@ -171,6 +179,32 @@ def test_calibrated_steps_meet_the_target_tightly():
     steps = calibrate_steps(q, sigma, target, DELTA)
     assert epsilon(sgd_steps(q, sigma, steps), DELTA) <= target
     assert epsilon(sgd_steps(q, sigma, math.ceil(steps * 1.03) + 1), DELTA) > target
+
+
+@pytest.mark.parametrize(
+    ("q", "sigma", "target", "laplace"), [(0.066, 2.0, 4.0, 10.0), (0.01, 2.0, 1.0, None)]
+)
+def test_step_search_from_the_rdp_start_returns_what_the_search_from_one_step_does(
+    q, sigma, target, laplace
+):
+    start = _rdp_start(q, sigma, laplace, DELTA, target, PLAIN)
+    assert start > 1 and start & (start - 1) == 0  # taken, and on the doubling path from 1
+
+    def eps(steps, interval):
+        return _sgd_epsilon(q, sigma, int(steps), laplace, DELTA, interval, PLAIN)
+
+    from_one = _solve_monotone(
+        eps,
+        target,
+        increasing=True,
+        start=1,
+        limits=(1, MAX_STEPS),
+        integer=True,
+        start_meets=True,
+        cap=True,
+    )
+    assert calibrate_steps.__wrapped__(q, sigma, target, DELTA, laplace) == from_one
+    assert _rdp_start(q, sigma, None, DELTA, target, StepShape(substitution=True)) == 1
 
 
 def _synthetic_epsilon(boundary, increasing, report_factor=1.0):
