@@ -38,7 +38,7 @@ NEGLIGIBLE_DELTA = 1e-22  # hockey-stick mass left at +infinity (dp-accounting's
 MAX_GRID_POINTS = 2_000_000  # beyond, the remaining mass goes to +infinity (pessimistic)
 SMALLEST_INTERVAL = 1e-4
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
-MAX_CACHED_PLDS = 16  # per process; a calibration uses two (search, report); each <= ~50 MB
+MAX_CACHED_PLDS = 16  # per process; a calibration uses two (search, report); a few MB each
 
 
 @attrs.frozen
