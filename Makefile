@@ -6,6 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= default
 WORKERS ?=
+# SCHEDULER=tcp://host:8786: the trials of the run, tune and fig-* targets run on the Dask
+# cluster there (docs/guide.md, "Running on a Dask cluster"); results land here as usual
+SCHEDULER ?=
+EXECUTOR_FLAGS = $(if $(WORKERS),--workers $(WORKERS))$(if $(SCHEDULER), --executor dask --scheduler $(SCHEDULER))
 
 # Real data: $FAIRBENCH_DATA if set, else ../shared/datasets when it exists.
 FAIRBENCH_DATA ?= $(abspath $(wildcard ../shared/datasets))
@@ -32,7 +36,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(BIN)/fairbench run $(CONFIG) $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run $(CONFIG) $(EXECUTOR_FLAGS)
 
 test: install
 	$(SINGLE_THREADED) $(BIN)/python -m pytest -q -n auto
@@ -81,7 +85,7 @@ report: install
 # Equal-draws tuning (fairbench tune) on Adult at epsilon 1: results/tune/adult-dp/tuning.md,
 # the selected run configs in selected/, and their fresh-seed runs in final/.
 tune-adult-dp: install
-	$(BIN)/fairbench tune tune-adult-dp --out results/tune/adult-dp --charge-tuning $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench tune tune-adult-dp --out results/tune/adult-dp --charge-tuning $(EXECUTOR_FLAGS)
 
 # fig-privacy-cost (issue 16): equal-draws tuning of every method per dataset (fairbench tune;
 # re-running resumes, skipping finished trials) into results/tune/privacy-cost/<name>/, then
@@ -98,7 +102,7 @@ fig-privacy-cost: $(PRIVACY_COST_TUNES)
 $(PRIVACY_COST_TUNES): privacy-cost-%: install
 	@mkdir -p results/tune/privacy-cost/$*
 	start=$$(date +%s); \
-	$(SINGLE_THREADED) $(BIN)/fairbench tune privacy-cost-$* --out results/tune/privacy-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
+	$(SINGLE_THREADED) $(BIN)/fairbench tune privacy-cost-$* --out results/tune/privacy-cost/$* $(EXECUTOR_FLAGS) && \
 	echo $$(( $$(date +%s) - start )) > results/tune/privacy-cost/$*/wall_seconds.txt
 
 # fig-tuning-cost (issue 24): what paying for tuning costs. Per dataset two tune outputs with
@@ -118,7 +122,7 @@ fig-tuning-cost: $(TUNING_COST_TUNES)
 $(TUNING_COST_TUNES): tuning-cost-%: install
 	@mkdir -p results/tune/tuning-cost/$*
 	start=$$(date +%s); \
-	$(SINGLE_THREADED) $(BIN)/fairbench tune tuning-cost-$* --out results/tune/tuning-cost/$* $(if $(WORKERS),--workers $(WORKERS)) && \
+	$(SINGLE_THREADED) $(BIN)/fairbench tune tuning-cost-$* --out results/tune/tuning-cost/$* $(EXECUTOR_FLAGS) && \
 	echo $$(( $$(date +%s) - start )) > results/tune/tuning-cost/$*/wall_seconds.txt
 
 # fig-literature (issue 23): the baselines the seed papers claim to beat (Jagielski et al.,
@@ -135,7 +139,7 @@ fig-literature: $(addprefix tune-,$(LITERATURE))
 $(addprefix tune-,$(LITERATURE)): tune-%: install
 	@mkdir -p results/tune/$*
 	start=$$(date +%s); \
-	$(SINGLE_THREADED) $(BIN)/fairbench tune $* --out results/tune/$* $(if $(WORKERS),--workers $(WORKERS)) && \
+	$(SINGLE_THREADED) $(BIN)/fairbench tune $* --out results/tune/$* $(EXECUTOR_FLAGS) && \
 	echo $$(( $$(date +%s) - start )) > results/tune/$*/wall_seconds.txt
 
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
@@ -147,13 +151,13 @@ FIGURES += $(if $(ACS_PUMS),fig-acs)
 figures: $(FIGURES)
 
 fig-adult-dp: install
-	$(BIN)/fairbench run fig-adult-dp --out results/figures/fig-adult-dp $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run fig-adult-dp --out results/figures/fig-adult-dp $(EXECUTOR_FLAGS)
 
 fig-adult-eo: install
-	$(BIN)/fairbench run adult-eo --out results/figures/fig-adult-eo $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run adult-eo --out results/figures/fig-adult-eo $(EXECUTOR_FLAGS)
 
 fig-adult-fnr: install
-	$(BIN)/fairbench run adult-fnr --out results/figures/fig-adult-fnr $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run adult-fnr --out results/figures/fig-adult-fnr $(EXECUTOR_FLAGS)
 
 # RaCO-DP Table 2 analogue: per-step medians and ratios, measured in one process (run it on an
 # idle machine: the figure targets above load every core)
@@ -162,30 +166,30 @@ table-step-time: install
 	cp results/figures/table-step-time/step_time.csv fairbench/runner/step_time.csv
 
 fig-credit-parkinsons: install
-	$(BIN)/fairbench run fig-credit-parkinsons --out results/figures/fig-credit-parkinsons $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run fig-credit-parkinsons --out results/figures/fig-credit-parkinsons $(EXECUTOR_FLAGS)
 
 fig-dp-fermi: install
-	$(BIN)/fairbench run fig-dp-fermi --out results/figures/fig-dp-fermi $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run fig-dp-fermi --out results/figures/fig-dp-fermi $(EXECUTOR_FLAGS)
 
 # DPSE Table 1 (5 groups), the rho sweep (2 groups), Parkinsons total_UPDRS by sex, and Adult
 fig-dpse: install
-	$(BIN)/fairbench run fig-dpse --out results/figures/fig-dpse/table1 $(if $(WORKERS),--workers $(WORKERS))
-	$(BIN)/fairbench run fig-dpse-sweep --out results/figures/fig-dpse/sweep $(if $(WORKERS),--workers $(WORKERS))
-	$(BIN)/fairbench run dpse-parkinsons --out results/figures/fig-dpse/parkinsons $(if $(WORKERS),--workers $(WORKERS))
-	$(BIN)/fairbench run dpse-adult --out results/figures/fig-dpse/adult $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run fig-dpse --out results/figures/fig-dpse/table1 $(EXECUTOR_FLAGS)
+	$(BIN)/fairbench run fig-dpse-sweep --out results/figures/fig-dpse/sweep $(EXECUTOR_FLAGS)
+	$(BIN)/fairbench run dpse-parkinsons --out results/figures/fig-dpse/parkinsons $(EXECUTOR_FLAGS)
+	$(BIN)/fairbench run dpse-adult --out results/figures/fig-dpse/adult $(EXECUTOR_FLAGS)
 	cp results/figures/fig-dpse/table1/group_losses.csv results/figures/fig-dpse/table1.csv
 	cp results/figures/fig-dpse/table1/group_losses.md results/figures/fig-dpse/table1.md
 	cp results/figures/fig-dpse/sweep/figures/synthetic_group_loss_vs_epsilon.png results/figures/fig-dpse/sweep.png
 
 fig-multigroup: install
-	$(BIN)/fairbench run fig-multigroup --out results/figures/fig-multigroup $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run fig-multigroup --out results/figures/fig-multigroup $(EXECUTOR_FLAGS)
 
 # not in `figures`: needs the ACS PUMS file (no checksum, census download); stops with one line
 fig-acs: install
-	$(BIN)/fairbench run fig-acs --out results/figures/fig-acs $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run fig-acs --out results/figures/fig-acs $(EXECUTOR_FLAGS)
 
 table-datasets: install
-	$(BIN)/fairbench run datasets --out results/figures/datasets $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench run datasets --out results/figures/datasets $(EXECUTOR_FLAGS)
 
 # Parity with the authors' code (issue 37, docs/parity.md): their code and fairbench's port on
 # the same splits, into results/parity/<method>.{csv,md}. AUTHORS=PATH: a checkout of their

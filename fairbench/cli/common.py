@@ -1,7 +1,11 @@
-"""What the command modules share: the two consoles, parsing of KEY=VALUE options, and the
-root group that keeps flags' help free of value placeholders."""
+"""What the command modules share: the two consoles, parsing of KEY=VALUE options, the
+executor options of `run` and `tune`, and the root group that keeps flags' help free of value
+placeholders."""
 
 from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -11,6 +15,28 @@ from fairbench.errors import ConfigError
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+class Executor(str, Enum):
+    local = "local"
+    dask = "dask"
+
+
+ExecutorOption = Annotated[Executor, typer.Option(help="local processes, or a Dask cluster")]
+SchedulerOption = Annotated[
+    str | None, typer.Option(help="Dask scheduler address (default: a local cluster)")
+]
+
+
+def check_executor(executor: Executor, scheduler: str | None) -> None:
+    """`--scheduler` only with `--executor dask`, and a cluster there that can run trials."""
+    if scheduler is None:
+        return
+    if executor is not Executor.dask:
+        raise ConfigError("--scheduler addresses a Dask cluster: add --executor dask")
+    from fairbench.runner.dask_executor import check_scheduler
+
+    check_scheduler(scheduler)
 
 
 def key_values(items: list[str] | None, flag: str, example: str) -> dict[str, object]:

@@ -12,13 +12,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fairbench.cli.common import console, err_console
+from fairbench.cli.common import (
+    Executor,
+    ExecutorOption,
+    SchedulerOption,
+    check_executor,
+    console,
+    err_console,
+)
 from fairbench.errors import ConfigError
-
-
-class Executor(str, Enum):
-    local = "local"
-    dask = "dask"
 
 
 class DeviceChoice(str, Enum):
@@ -50,12 +52,8 @@ def run(
         bool, typer.Option("--dry-run", help="check and calibrate, print the plan; write nothing")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
-    executor: Annotated[Executor, typer.Option(help="local processes, or a Dask cluster")] = (
-        Executor.local
-    ),
-    scheduler: Annotated[
-        str | None, typer.Option(help="Dask scheduler address (default: a local cluster)")
-    ] = None,
+    executor: ExecutorOption = Executor.local,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Run an experiment grid into a run directory, then write its report.
 
@@ -68,8 +66,7 @@ def run(
     from fairbench.workflows.experiment import run_experiment
 
     experiment, run_dir = _experiment(config, overrides or [], resume, out, device)
-    if scheduler is not None and executor is not Executor.dask:
-        raise ConfigError("--scheduler addresses a Dask cluster: add --executor dask")
+    check_executor(executor, scheduler)
     warnings: list[str] = []
 
     def warn(message: str) -> None:

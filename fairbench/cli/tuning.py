@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from fairbench.cli.common import console, err_console
+from fairbench.cli.common import (
+    Executor,
+    ExecutorOption,
+    SchedulerOption,
+    check_executor,
+    console,
+    err_console,
+)
 from fairbench.errors import ConfigError, Interrupted
 from fairbench.figures import FIGURES
 
@@ -25,6 +32,8 @@ def tune(
             "--charge-tuning", help="report the privacy cost of tuning under the stated bound"
         ),
     ] = False,
+    executor: ExecutorOption = Executor.local,
+    scheduler: SchedulerOption = None,
 ) -> None:
     """Equal-draws random search per method, selection on validation, the selected
     configurations re-run on fresh seeds; writes selected/*.yaml (run configs), tuning.md and
@@ -49,10 +58,17 @@ def tune(
             f"--charge-tuning bounds the cost of free selection; selection: {spec.selection} "
             "has its own accounting: drop the flag"
         )
+    check_executor(executor, scheduler)
     try:
         if private:
             table, failures = run_private(
-                spec, out, workers or default_workers(), quiet, warn=err_console.print
+                spec,
+                out,
+                workers or default_workers(),
+                quiet,
+                warn=err_console.print,
+                executor=executor.value,
+                scheduler=scheduler,
             )
         else:
             table, failures = run_tune(
@@ -62,6 +78,8 @@ def tune(
                 quiet,
                 charge_tuning,
                 warn=err_console.print,
+                executor=executor.value,
+                scheduler=scheduler,
             )
     except Interrupted as exc:  # tune resumes by running it again, not by `run --resume`
         exc.resume = f"fairbench tune {config} --out {out}"

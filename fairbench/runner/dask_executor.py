@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 from collections.abc import Callable
+from importlib.metadata import version
 
 from fairbench.errors import ConfigError
 from fairbench.rundir.row import TrialRow
@@ -22,12 +23,66 @@ from fairbench.runner.trial import TrialSpec
 from fairbench.runner.worker import run_units
 
 BATCHES_PER_WORKER = 4
+CONNECT_TIMEOUT_S = 5
 
 
 def bundles(units: list[list[TrialSpec]], workers: int) -> list[list[list[TrialSpec]]]:
     """Contiguous bundles of work units, about BATCHES_PER_WORKER per worker."""
     size = max(1, math.ceil(len(units) / (workers * BATCHES_PER_WORKER)))
     return [units[i : i + size] for i in range(0, len(units), size)]
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError(
+            "the dask executor needs distributed: pip install 'dp-fairbench[dask]'"
+        ) from None
+    return distributed
+
+
+def connect(scheduler: str):
+    """A client of the running scheduler at `scheduler` whose workers run this build of
+    fairbench and torch, or one error line, within about CONNECT_TIMEOUT_S seconds."""
+    client_class = _distributed().Client
+    try:
+        client = client_class(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
+    except Exception as exc:  # OSError (nothing listening), ValueError (the address), ...
+        raise ConfigError(
+            f"--scheduler {scheduler}: {exc}; start one with `dask scheduler`, "
+            "or check the address and that its port is open"
+        ) from None
+    try:
+        _check_workers(client, scheduler)
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def _check_workers(client, scheduler: str) -> None:
+    try:
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+    except TimeoutError:
+        raise ConfigError(
+            f"--scheduler {scheduler}: no worker joined within {CONNECT_TIMEOUT_S} s; "
+            f"start some with `dask worker {scheduler}`"
+        ) from None
+    for package in ("dp-fairbench", "torch"):  # stdlib calls: they run without fairbench
+        here = version(package)
+        for worker, there in client.run(version, package, on_error="return").items():
+            if there != here:
+                found = there if isinstance(there, str) else "none"
+                raise ConfigError(
+                    f"--scheduler {scheduler}: worker {worker} has {package} {found}, this "
+                    f"machine {here}: install the same build on every machine"
+                )
+
+
+def check_scheduler(scheduler: str) -> None:
+    """Fail now, before anything is written, if the cluster cannot run the trials."""
+    connect(scheduler).close()
 
 
 def run_on_dask(
@@ -38,28 +93,24 @@ def run_on_dask(
 ) -> None:
     """Run the work `units` on the cluster at `scheduler` (a `LocalCluster` of `workers` single-
     threaded processes when None), recording each trial as its bundle returns."""
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise ConfigError(
-            "the dask executor needs distributed: pip install 'dp-fairbench[dask]'"
-        ) from None
-
+    distributed = _distributed()
     cluster = None
     if scheduler is None:  # its workers are ours: they end with this process (lifeline)
-        cluster = LocalCluster(
+        cluster = distributed.LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,
             preload=[lifeline.__name__],
         )
-    client = Client(scheduler or cluster)
+        client = distributed.Client(cluster)
+    else:
+        client = connect(scheduler)
     futures = []
     try:
         n_workers = max(1, len(client.scheduler_info()["workers"]))
         futures = client.map(run_units, bundles(units, n_workers), pure=False)
-        for future in as_completed(futures):
+        for future in distributed.as_completed(futures):
             for spec, result, error in future.result():
                 record(spec, result, error)
     except BaseException:  # interrupted, or the store failed: abandon what is in flight

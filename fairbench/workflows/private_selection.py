@@ -452,6 +452,8 @@ def run_private(
     quiet: bool,
     warn: Callable[[str], None] = print,
     skip_uncalibratable: bool = False,
+    executor: str = "local",
+    scheduler: str | None = None,
 ) -> tuple[pd.DataFrame, list[str]]:
     """Refuse any candidate that is not whole-record DP (`refuse_partial`), calibrate every
     (dataset, epsilon, method) over its support first (nothing is written when one fails;
@@ -461,7 +463,8 @@ def run_private(
     tune.yaml, the selection analysis (`TuneLayout.analysis`; per method: law, K per repeat,
     budgets, the costliest configuration's ledger, every distinct training plan and each
     configuration's (`plan_of`); per repeat and target: every candidate's noisy score and the
-    release), the result table (`result_rows`) and tuning.md. Returns the per-target summary
+    release), the result table (`result_rows`) and tuning.md. Candidates train on `executor`
+    (`runner.execute.execute`; calibration stays local). Returns the per-target summary
     (tuning.md's) and the failed trials."""
     templates = candidate_templates(config, sample_configurations(config, config.support))
     if config.selection == "private":
@@ -491,7 +494,8 @@ def run_private(
         raise CalibrationError("no method can be calibrated for private selection here")
     with run_lock(out):
         write_tune_config(out, config)
-        return _run(config, out, picks, templates, budgets, workers, quiet)
+        run = partial(execute, workers=workers, quiet=quiet, executor=executor, scheduler=scheduler)
+        return _run(config, out, picks, templates, budgets, run)
 
 
 def _calibrate_all(
@@ -559,7 +563,7 @@ def candidate_specs(
     return out
 
 
-def _run(config, out, picks, templates, budgets, workers, quiet) -> tuple[pd.DataFrame, list[str]]:
+def _run(config, out, picks, templates, budgets, run) -> tuple[pd.DataFrame, list[str]]:
     failures: list[str] = []
     runs: dict[tuple[str, float], dict[str, tuple]] = {}  # trial id -> candidate key
     for key, spec in candidate_specs(config, picks, templates, budgets).items():
@@ -569,7 +573,7 @@ def _run(config, out, picks, templates, budgets, workers, quiet) -> tuple[pd.Dat
     rows: dict[tuple[str, float, str, int, int], dict] = {}
     for (dataset, eps), members in sorted(runs.items()):
         run_dir = TuneLayout(out).private_run(dataset, eps)
-        done = execute([spec for _, spec in members.values()], run_dir, workers, quiet)
+        done = run([spec for _, spec in members.values()], run_dir)
         key_of = {trial: key for trial, (key, _) in members.items()}
         for trial, error in done.failed:
             if is_infeasible(error):  # a draw no calibration meets: it runs nothing

@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,7 +66,7 @@ from fairbench.rundir.store import finished_rows
 from fairbench.rundir.tuning import TuneLayout, TuningRow, write_table
 from fairbench.runner.config import DatasetEntry, ExperimentConfig, _Strict, parse_config
 from fairbench.runner.config_files import read_config, resolve_path
-from fairbench.runner.execute import execute, prepare_run
+from fairbench.runner.execute import RunSummary, execute, prepare_run
 from fairbench.runner.trial import TrialSpec
 from fairbench.workflows.spaces import resolve_space
 
@@ -607,22 +608,25 @@ def run_tune(
     quiet: bool,
     charge: bool,
     warn: Callable[[str], None] = print,
+    executor: str = "local",
+    scheduler: str | None = None,
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Search, select, re-run on fresh seeds, write everything under `out`. Returns the
+    """Search, select, re-run on fresh seeds, write everything under `out`, every trial on
+    `executor` (`runner.execute.execute`). Returns the
     summary and the failed trials' messages (search and final); search draws that failed
     calibration are not failures (the summary's `infeasible` counts them)."""
     search_dir = TuneLayout(out).search
     specs = prepare_run(search_config(config), search_dir, warn, extend=True)
     with run_lock(out):  # one tune per output; each run directory under it is locked too
-        return _tune(config, out, specs, workers, quiet, charge, warn)
+        run = partial(execute, workers=workers, quiet=quiet, executor=executor, scheduler=scheduler)
+        return _tune(config, out, specs, run, charge, warn)
 
 
 def _tune(
     config: TuneConfig,
     out: Path,
     specs: list[TrialSpec],
-    workers: int,
-    quiet: bool,
+    run: Callable[[list[TrialSpec], Path], RunSummary],
     charge: bool,
     warn: Callable[[str], None],
 ) -> tuple[pd.DataFrame, list[str]]:
@@ -630,7 +634,7 @@ def _tune(
     layout = TuneLayout(out)
     search_dir = layout.search
     write_tune_config(out, config)
-    summary = execute(specs, search_dir, workers, quiet)
+    summary = run(specs, search_dir)
     failures += [
         f"search {trial}: {error.splitlines()[-1]}"
         for trial, error in summary.failed
@@ -644,7 +648,7 @@ def _tune(
     for stem, data in finals.items():
         run_dir = layout.final_run(stem)
         specs = prepare_run(parse_config(data, stem), run_dir, warn, extend=True)
-        done = execute(specs, run_dir, workers, quiet)
+        done = run(specs, run_dir)
         failures += [f"final {trial}: {error.splitlines()[-1]}" for trial, error in done.failed]
         write_report(run_dir)
         final_rows += finished_rows(run_dir, "summarise")

@@ -486,6 +486,96 @@ def test_the_dask_executor_matches_the_local_one(cli, tmp_path):
     assert code == 2 and "--executor dask" in err
 
 
+@pytest.fixture
+def scheduler():
+    """The address of a running Dask scheduler on loopback with two single-threaded workers
+    (threads of this process: a cluster the run connects to, not one it starts)."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
+TINY_TUNE = {
+    "name": "tiny",
+    "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
+    "epsilons": [2.0],
+    "targets": [0.3],
+    "draws": 2,
+    "search_seeds": [100],
+    "final_seeds": list(range(10)),
+    "methods": [
+        {"name": "dp-sgd", "hparams": {"epochs": 1, "batch_size": 64}, "space": {"lr": [0.1, 1]}}
+    ],
+}
+
+
+def _on_scheduler_and_locally(cli, tmp_path, scheduler, *command: str):
+    """`fairbench COMMAND` into tmp_path/dask through the scheduler and tmp_path/local with
+    one local process."""
+    dask = ("--executor", "dask", "--scheduler", scheduler)
+    for where, extra in [("dask", dask), ("local", ("--workers", "1"))]:
+        code, _, err = cli(*command, "--out", str(tmp_path / where), "--quiet", *extra)
+        assert code == 0, err
+
+
+def _assert_same_rows(dask_dir, local_dir):
+    dask, local = (without_timing(read_results(d)) for d in (dask_dir, local_dir))
+    assert dask.keys() == local.keys() and dask
+    differ = {t: _differing(dask[t], local[t]) for t in dask if dask[t] != local[t]}
+    assert not differ, differ
+
+
+def test_a_run_on_a_running_scheduler_matches_the_local_executor(cli, tmp_path, scheduler):
+    """`--executor dask --scheduler ADDRESS` sends the trials to an existing cluster; every
+    row equals the local executor's."""
+    config = write_config(tmp_path, {**SMALL, "seeds": 1})
+    _on_scheduler_and_locally(cli, tmp_path, scheduler, "run", config)
+    _assert_same_rows(tmp_path / "dask", tmp_path / "local")
+
+
+@pytest.mark.slow
+def test_a_tune_on_a_running_scheduler_matches_the_local_executor(
+    cli, tmp_path, scheduler, monkeypatch
+):
+    """The same for `fairbench tune`: its search and every final run."""
+    monkeypatch.setattr("fairbench.workflows.tune.write_report", lambda run_dir: None)
+    config = write_config(tmp_path, TINY_TUNE, "tune.yaml")
+    _on_scheduler_and_locally(cli, tmp_path, scheduler, "tune", config)
+    finals = sorted(p.name for p in (tmp_path / "local" / "final").iterdir())
+    assert finals
+    for run_dir in ["search", *(f"final/{name}" for name in finals)]:
+        _assert_same_rows(tmp_path / "dask" / run_dir, tmp_path / "local" / run_dir)
+
+
+def test_an_unreachable_scheduler_is_one_error_line_and_nothing_written(cli, tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    monkeypatch.setattr("fairbench.runner.dask_executor.CONNECT_TIMEOUT_S", 1)
+    config = write_config(tmp_path, SMALL)
+    out = tmp_path / "x"
+    for command in ("run", "tune"):
+        target = config if command == "run" else write_config(tmp_path, TINY_TUNE, "tune.yaml")
+        code, _, err = cli(
+            command,
+            target,
+            "--out",
+            str(out),
+            "--executor",
+            "dask",
+            "--scheduler",
+            "tcp://127.0.0.1:1",
+        )
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "--scheduler tcp://127.0.0.1:1: Timed out trying to connect" in err
+        assert not out.exists()
+
+
 def test_bundles_cover_every_unit_once():
     from fairbench.runner.dask_executor import bundles
 
