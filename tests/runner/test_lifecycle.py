@@ -317,7 +317,7 @@ def test_an_orphaned_worker_notices_without_prctl(tmp_path):
 def test_tune_names_its_own_resume_command(cli, tmp_path, monkeypatch):
     from fairbench.workflows import tune
 
-    def interrupted(specs, run_dir, *args):
+    def interrupted(specs, run_dir, *args, **kwargs):
         raise Interrupted(3, 12, signal.SIGINT, f"fairbench run --resume {run_dir}")
 
     monkeypatch.setattr(tune, "execute", interrupted)
