@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from fairbench.report.literature import dominance, matched, published_points
-from fairbench.workflows.tune import TuneConfig
+from tests.report.quick_tune import quick_tune
 
 FAST = {"epochs": 2, "batch_size": 64}
 TUNE = {
@@ -43,25 +43,9 @@ TUNE = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     from fairbench.figures import build
-    from fairbench.privacy import ledger_cache
-    from fairbench.workflows.tune import run_tune
 
     root = tmp_path_factory.mktemp("literature")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("fairbench.workflows.tune.write_report", lambda run_dir: None)
-        patch.setattr("fairbench.privacy.ledger_cache.check_ledger", lambda *args: {})
-        try:
-            _, failures = run_tune(
-                TuneConfig.model_validate(TUNE),
-                root / "tune",
-                workers=1,
-                quiet=True,
-                charge=False,
-                warn=lambda _: None,
-            )
-        finally:
-            ledger_cache.cache_clear()
-    assert failures == []
+    quick_tune(TUNE, root / "tune")
     return root, build("literature", [root / "tune"], root / "fig")
 
 

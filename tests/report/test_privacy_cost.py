@@ -16,7 +16,8 @@ from fairbench.figures import build
 from fairbench.report.privacy_cost import COLUMNS, SPREAD_COLUMNS
 from fairbench.report.privacy_cost_notes import privacy_bites
 from fairbench.rundir.tuning import TuneLayout, read_table
-from fairbench.workflows.tune import TuneConfig, choose
+from fairbench.workflows.tune import choose
+from tests.report.quick_tune import quick_tune
 
 TAUS = (0.3, 0.05)
 TUNE = {
@@ -58,27 +59,9 @@ TUNE = {
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One tiny tune and its figure. Reports and the ledgers' independent cross-checks are
-    skipped for speed: the builder reads neither (it reads the stores)."""
-    from fairbench.privacy import ledger_cache
-    from fairbench.workflows.tune import run_tune
-
+    """One tiny tune and its figure."""
     root = tmp_path_factory.mktemp("privacy-cost")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("fairbench.workflows.tune.write_report", lambda run_dir: None)
-        patch.setattr("fairbench.privacy.ledger_cache.check_ledger", lambda *args: {})
-        try:
-            _, failures = run_tune(
-                TuneConfig.model_validate(TUNE),
-                root / "tune",
-                workers=1,
-                quiet=True,
-                charge=False,
-                warn=lambda _: None,
-            )
-        finally:  # no skipped cross-check may stay cached for later tests
-            ledger_cache.cache_clear()
-    assert failures == []  # the infeasible raco-dp draws are not failures
+    quick_tune(TUNE, root / "tune")  # the infeasible raco-dp draws are not failures
     written = build("privacy-cost", [root / "tune"], root / "fig")
     return root, written
 
