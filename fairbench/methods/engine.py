@@ -20,6 +20,7 @@ result is its result alone up to float32 reduction order (tests/methods/test_sta
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -123,17 +124,21 @@ class StackedData:
         self._task_offsets = torch.tensor(self.offsets, device=device).unsqueeze(1)
         self._trial_offsets = trials * self.n  # a `per_trial` tensor's rows, trial by trial
 
+    @classmethod
+    def of(cls, trials: list[Trial]) -> StackedData:
+        """The trials' training data on their device."""
+        return cls([t.task for t in trials], trials[0].session.device)
+
     def per_record(self, values: Callable[[Task], np.ndarray], dtype: torch.dtype) -> torch.Tensor:
         """`values(task)` (one entry per training record) of every distinct task, concatenated
         in slot order: what `Gathered.rows` indexes."""
         stacked = np.concatenate([values(task) for task in self.tasks])
         return torch.as_tensor(stacked, dtype=dtype, device=self.device)
 
-    def gather(self, round_: StackedBatches) -> Gathered:
+    def gather(self, round_: StackedBatches) -> Batch:
         """The round's batches as rows of this data (each trial's rows of its own task)."""
-        if len(self.tasks) == 1:
-            return Gathered(round_.index, round_.mask, round_.sizes)
-        return Gathered(round_.index + self._task_offsets, round_.mask, round_.sizes)
+        index = round_.index if len(self.tasks) == 1 else round_.index + self._task_offsets
+        return Batch(index, round_.mask, round_.sizes, self)
 
     def per_trial(self, dtype: torch.dtype) -> torch.Tensor:
         """A zero (T * n,) tensor for values each trial holds per training record (e.g. the
@@ -170,6 +175,26 @@ class Gathered:
         if self.mask is None:
             return values
         return values * self.mask.view(*self.mask.shape, *[1] * (values.dim() - 2))
+
+
+@dataclass(frozen=True)
+class Batch(Gathered):
+    """A round's rows of `StackedData`, with their features, labels and squared norms read
+    once, when first asked for."""
+
+    data: StackedData
+
+    @functools.cached_property
+    def x(self) -> torch.Tensor:
+        return self.rows(self.data.x)
+
+    @functools.cached_property
+    def y(self) -> torch.Tensor:
+        return self.rows(self.data.y)
+
+    @functools.cached_property
+    def x_sq(self) -> torch.Tensor:
+        return self.rows(self.data.x_sq)
 
 
 def init_models(hp: TrainingHparams, trials: list[Trial]) -> list[nn.Module]:
