@@ -20,6 +20,7 @@ own trial's sum.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, overload
 
@@ -244,6 +245,25 @@ class StackedScattered:
         """Trial t's own contributions, unpadded."""
         size = self.sizes[t]
         return Scattered(self.rows[t, :size], self.index[t, :size], self.n_targets)
+
+
+def scaled(contributions: Any, factors: torch.Tensor) -> Any:
+    """Each record's contribution multiplied by its factor (B,) ((T, B) for a stack): a
+    method's own per-record weighting, e.g. a per-group clip below the mechanism's (DPSGD-F)
+    or a global scaling (DPSGD-Global-Adapt). The mechanism still clips what it receives, so
+    the release's sensitivity is its own bound whatever the factors."""
+    if isinstance(contributions, OuterProducts):
+        return OuterProducts(contributions.a * factors.unsqueeze(-1), contributions.x)
+    if isinstance(contributions, StackedOuterProducts):
+        c = contributions
+        return StackedOuterProducts(c.a * factors.unsqueeze(-1), c.x, c.sizes, c.x_sq)
+    if isinstance(contributions, Rows):
+        return Rows([p * factors.reshape(-1, *[1] * (p.dim() - 1)) for p in contributions.parts])
+    if isinstance(contributions, Scattered | StackedScattered):
+        rows = contributions.rows
+        shape = (*factors.shape, *[1] * (rows.dim() - factors.dim()))
+        return dataclasses.replace(contributions, rows=rows * factors.reshape(shape))
+    raise TypeError(f"unknown contributions {type(contributions).__name__}")
 
 
 def as_float64(contributions: Contributions) -> Contributions:
