@@ -98,6 +98,12 @@ def per_trial(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return values.to(like.dtype).view(-1, *[1] * (like.dim() - 1))
 
 
+def count_cells(group: torch.Tensor, norms: torch.Tensor, base_clip: float) -> torch.Tensor:
+    """Each record's one cell of the count vector: 2k if its gradient is within C0, 2k + 1 if
+    C0 would clip it (k: its group)."""
+    return 2 * group + (norms > base_clip).long()
+
+
 def group_bounds(noisy: torch.Tensor, base_clip: float) -> torch.Tensor:
     """(T, K) bounds C_k from the noisy (T, 2K) counts (cell 2k: unclipped in group k, 2k + 1:
     clipped), by the authors' rule (module docstring, step 2)."""
@@ -160,7 +166,7 @@ class DPSGDF(Method):
             norms = record_norms(grads)
             group = batch.rows(groups)
             real = torch.ones_like(group, dtype=torch.bool) if batch.mask is None else batch.mask
-            cells = 2 * group + (norms > hp.base_clip).long()
+            cells = count_cells(group, norms, hp.base_clip)
             noisy = gaussian_counts(counters, cells, real, 2 * n_groups, round_.batches)
             bounds = group_bounds(noisy, hp.base_clip)  # (T, K)
             largest = bounds.max(dim=-1).values

@@ -134,7 +134,9 @@ class DPSGDGlobalAdapt(Method):
         sums = [t.session.gaussian_sum(GRADIENT, hp.clip_norm, sigma) for t in trials]
         scale = expected_batch(plan.loop, data.n)
         step_size = hp.lr / scale
-        bound = torch.full((len(trials),), hp.initial_bound, dtype=torch.float64, device=data.device)
+        bound = torch.full(
+            (len(trials),), hp.initial_bound, dtype=torch.float64, device=data.device
+        )
 
         def step(round_):
             nonlocal bound

@@ -20,7 +20,6 @@ own trial's sum.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, overload
 
@@ -248,22 +247,23 @@ class StackedScattered:
 
 
 def scaled(contributions: Any, factors: torch.Tensor) -> Any:
-    """Each record's contribution multiplied by its factor (B,) ((T, B) for a stack): a
-    method's own per-record weighting, e.g. a per-group clip below the mechanism's (DPSGD-F)
+    """Each record's contribution multiplied by its factor ((T, B) for a stack, (B,) for rows):
+    a method's own per-record weighting, e.g. a per-group clip below the mechanism's (DPSGD-F)
     or a global scaling (DPSGD-Global-Adapt). The mechanism still clips what it receives, so
     the release's sensitivity is its own bound whatever the factors."""
-    if isinstance(contributions, OuterProducts):
-        return OuterProducts(contributions.a * factors.unsqueeze(-1), contributions.x)
     if isinstance(contributions, StackedOuterProducts):
         c = contributions
         return StackedOuterProducts(c.a * factors.unsqueeze(-1), c.x, c.sizes, c.x_sq)
     if isinstance(contributions, Rows):
-        return Rows([p * factors.reshape(-1, *[1] * (p.dim() - 1)) for p in contributions.parts])
-    if isinstance(contributions, Scattered | StackedScattered):
-        rows = contributions.rows
-        shape = (*factors.shape, *[1] * (rows.dim() - factors.dim()))
-        return dataclasses.replace(contributions, rows=rows * factors.reshape(shape))
-    raise TypeError(f"unknown contributions {type(contributions).__name__}")
+        return Rows([_times(p, factors) for p in contributions.parts])
+    raise TypeError(f"no per-record scaling for {type(contributions).__name__}")
+
+
+def _times(part: Array, factors: torch.Tensor) -> Array:
+    """Record i's row of `part` (records first) times factors[i]."""
+    if isinstance(part, np.ndarray):
+        return part * factors.cpu().numpy().reshape(-1, *[1] * (part.ndim - 1))
+    return part * factors.reshape(-1, *[1] * (part.dim() - 1))
 
 
 def as_float64(contributions: Contributions) -> Contributions:

@@ -176,6 +176,4 @@ def gaussian_counts(
     counts = torch.zeros(n_trials * n_cells, dtype=torch.float64, device=cells.device)
     counts.index_add_(0, (cells + offsets).reshape(-1), counted.reshape(-1).to(torch.float64))
     counts = counts.view(n_trials, n_cells)
-    return torch.stack(
-        [m.release(counts[t], width, batches[t]) for t, m in enumerate(mechanisms)]
-    )
+    return torch.stack([m.release(counts[t], width, batches[t]) for t, m in enumerate(mechanisms)])
