@@ -42,7 +42,7 @@ import torch
 from pydantic import Field
 
 from fairbench.methods.base import Method
-from fairbench.methods.dpsgd_f import per_trial, record_norms, rescaled
+from fairbench.methods.dpsgd_f import ACCURACY_COST, per_trial, record_norms, rescaled
 from fairbench.methods.engine import (
     Outcome,
     StackedData,
@@ -101,6 +101,7 @@ class DPSGDGlobalAdapt(Method):
     )
     constraints = tuple(VIOLATIONS)  # targets the group accuracy cost of privacy: evaluated on any
     declared_constraints = True
+    target_metric = ACCURACY_COST
     Hparams = GlobalAdaptHparams
     hparams: GlobalAdaptHparams
 

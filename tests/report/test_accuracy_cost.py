@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from fairbench.report.accuracy_cost import drop_gap
+from fairbench.methods.dpsgd_f import ACCURACY_COST
+from fairbench.report.accuracy_cost import DROPS, GAP, drop_gap
 from fairbench.report.aggregate import merge_identical_knobs, pareto_points, trials_frame
 from fairbench.report.tables import flat_trials, pareto_document
 from tests.report.test_reports import row
@@ -73,3 +74,7 @@ def test_pareto_points_and_table_carry_the_mean_drops_and_gap():
 def test_the_gap_leaves_out_empty_groups():
     assert drop_gap([0.01, math.nan, 0.04]) == pytest.approx(0.03)
     assert math.isnan(drop_gap([0.01, math.nan]))
+
+
+def test_the_methods_name_the_columns_this_module_writes():
+    assert GAP in ACCURACY_COST and DROPS in ACCURACY_COST
