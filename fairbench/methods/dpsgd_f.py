@@ -31,6 +31,11 @@ Departures from the authors' code (what runs follows the suite, DESIGN.md):
   opacus's RDP accountant beside the gradient's, i.e. as if it read an independent batch.
   Here the two share the batch and are accounted as one sampled event (PLD), which is the
   correct model and reports a slightly larger epsilon.
+- The gradient noise. Their std is sigma times the largest bound among the batch's records
+  (`torch.max(per_sample_clip_bound)`), which moves with whether a group is in the batch at
+  all: a record of an absent group would raise it, so it is not the sensitivity. Here it is
+  sigma times max_k C_k over every group (the same wherever each group is in the batch, as
+  on Adult at batch 256).
 - The count vector is noised through the session (their `torch.normal` draws are unseeded
   by the trial); the gradient noise is the session's too.
 - Models: their MLP is 256x256 tanh; here the suite's `logistic` or `mlp` (one hidden layer).
