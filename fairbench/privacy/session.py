@@ -392,6 +392,11 @@ class GaussianCounts:
             ones = torch.ones(len(cells), dtype=torch.float64, device=cells.device)
             counts = torch.zeros(n_cells, dtype=torch.float64, device=cells.device)
             counts.index_add_(0, cells, ones)
+        return self.release(counts, len(cells), batch)
+
+    def release(self, counts: Cells, records: int, batch: Batch | None) -> Cells:
+        """The noisy release of `counts`, built from at most `records` records each counted
+        in one cell (the caller's construction: `__call__`, `stacked.gaussian_counts`)."""
         sensitivity = self.session.substitution_factor(math.sqrt(2))
         if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
             return counts
@@ -399,9 +404,9 @@ class GaussianCounts:
             self.label, dp_event.GaussianDpEvent(self.noise_multiplier), batch, self.group
         )
         noise = self.session.noise(self.label, self.group, _device(counts))
-        return noisy_sums(
-            "gaussian", noise, [counts], self.noise_multiplier, sensitivity, len(cells)
-        )[0]
+        return noisy_sums("gaussian", noise, [counts], self.noise_multiplier, sensitivity, records)[
+            0
+        ]
 
 
 class LaplaceHistogram:

@@ -32,6 +32,8 @@ from tests.privacy.test_session import LessNoise, Overspend  # the session tests
 TINY = {
     "erm": ({"epochs": 1}, {}),
     "dp-sgd": ({"epochs": 1}, {}),
+    "dpsgd-f": ({"epochs": 1}, {}),
+    "dpsgd-global-adapt": ({"epochs": 1}, {}),
     "sgda": ({"epochs": 10}, {"knob_values": (0.5, 0.0)}),
     "raco-dp": ({"epochs": 2, "calibrate": "noise"}, {"knob_values": (0.5, 0.0)}),
     "cgoo": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),

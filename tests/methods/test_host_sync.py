@@ -68,6 +68,10 @@ CASES = [
         "cls",
     ),
     ("dp-erm-mitigation", FAST, FairnessSpec(EO, 1.0), "cls3"),
+    ("dpsgd-f", FAST, FairnessSpec(DP), "cls3"),
+    ("dpsgd-f", {**FAST, "model": "mlp"}, FairnessSpec(DP), "cls"),
+    ("dpsgd-global-adapt", FAST, FairnessSpec(DP), "cls"),
+    ("dpsgd-global-adapt", {**FAST, "model": "mlp"}, FairnessSpec(EO), "cls3"),
     (
         "dp-erm-mitigation",
         {**FAST, "model": "mlp", "sign_momentum": 0.9},

@@ -59,6 +59,8 @@ CASES = {
         ({**SMALL}, EO, 0.0),
         ({**SMALL, "model": "mlp", "sign_momentum": 0.5}, DP, 1.0),
     ],
+    "dpsgd-f": [({**SMALL}, DP, None), ({**SMALL, "model": "mlp"}, EO, None)],
+    "dpsgd-global-adapt": [({**SMALL}, DP, None), ({**SMALL, "model": "mlp"}, EO, None)],
     "jagielski-oracle": [
         ({**ROUNDS}, EO, 0.05),
         ({**ROUNDS, "mixture": "uniform"}, DP, 0.05),
