@@ -46,8 +46,6 @@ Where the paper and its code are loose (DESIGN: the suite's accountant and notio
 - Post-processing records: the code holds out 1/3 of the training records (the default here,
   `holdout`, by a public coin per record from the trial's stream); `holdout: 0` post-processes
   in sample. The ledger composes the two stages sequentially (always valid).
-- Shuffled batches in the code (opacus's Poisson sampler replaced by `shuffle=True`); Poisson
-  here, as the accountant assumes.
 Binary labels only.
 """
 

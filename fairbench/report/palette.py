@@ -31,6 +31,7 @@ REGISTRY: dict[str, Style] = {
     "jagielski-oracle": Style("#117733", ">"),
     "pf-ld": Style("#CC6677", "d"),
     "dp-erm-mitigation": Style("#DDCC77", "8"),
+    "decoupled-post": Style("#AA4499", "H"),
 }
 _SPARE_COLORS = (
     "#332288",
