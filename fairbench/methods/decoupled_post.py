@@ -163,7 +163,7 @@ class DecoupledPost(Method):
         rates = calibrate_laplace_scale(hp.rate_share * privacy.epsilon, privacy.delta)
         # a tuple, not a list: the calibration caches on its (hashable) shape
         once = dp_event.ComposedDpEvent(
-            (dp_event.LaplaceDpEvent(count), dp_event.LaplaceDpEvent(rates))  # type: ignore[arg-type]
+            (dp_event.LaplaceDpEvent(count), dp_event.LaplaceDpEvent(rates))
         )
         return calibrated(hp, n, privacy, None, StepShape(extra=once)), count, rates
 
