@@ -28,6 +28,8 @@ from fairbench.methods.trial import Trial
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.noise import observe_releases
 from fairbench.privacy.session import PrivacySession, canonical
+from fairbench.runner.config import expand, parse_config
+from fairbench.runner.trial import run_trial
 from fairbench.task import Split
 
 DP = "demographic_parity"
@@ -217,3 +219,21 @@ def test_rejects_what_it_cannot_do(task):
         fit(task, None)
     with pytest.raises(ConfigError, match="gamma"):
         fit(task, 1.5)
+
+
+def test_rows_and_labels_mark_the_sensitive_attribute_at_test():
+    config = parse_config(
+        {
+            "name": "t",
+            "constraint": DP,
+            "epsilons": [1.0],
+            "seeds": 1,
+            "datasets": [{"name": "synthetic", "options": {"n_rows": 600}}],
+            "methods": [{"name": "decoupled-post", "hparams": FAST, "knobs": [0.0]}],
+        }
+    )
+    (spec,) = expand(config)
+    assert spec.label == "decoupled-post (A at test)"
+    row = run_trial(spec)
+    assert row.uses_sensitive_at_test is True and row.privacy_notion == "full"
+    assert row.epsilon_spent <= 1.0 and len(row.model_state["components"]) == 2
