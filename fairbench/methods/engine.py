@@ -214,7 +214,8 @@ def exact_sums(contributions) -> list[torch.Tensor]:
 class Outcome:
     """What a program reports for one trial once its loop is done: row info of its own (its
     final dual variables, say), and the predictor when it is not the trial's model alone (a
-    mixture's `components` and `weights`, a `derived` post-processor's table), or a notion or
+    mixture's `components` and `weights`, a `derived` post-processor's table and, where the
+    base is decoupled, its `group_models`), or a notion or
     accounting the method qualifies."""
 
     info: dict[str, Any] = field(default_factory=dict)
@@ -222,6 +223,7 @@ class Outcome:
     components: list[nn.Module] = field(default_factory=list)
     weights: list[float] | None = None
     derived: np.ndarray | None = None
+    group_models: list[nn.Module] = field(default_factory=list)
     privacy_notion: str | None = None
     target_accounting: str = "suite"
     budget: TrainingBudget | None = (
@@ -286,6 +288,7 @@ def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
                 weights=outcome.weights,
                 budget=outcome.budget if outcome.budget is not None else plan.budget,
                 derived=outcome.derived,
+                group_models=outcome.group_models,
             )
     return fits  # type: ignore[return-value]  # each trial is in one group: none is left None
 

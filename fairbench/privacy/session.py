@@ -274,8 +274,10 @@ class PrivacySession:
     ) -> GaussianCounts:
         return GaussianCounts(self, label, noise_multiplier, group)
 
-    def laplace_histogram(self, label: str, scale: float) -> LaplaceHistogram:
-        return LaplaceHistogram(self, label, scale)
+    def laplace_histogram(
+        self, label: str, scale: float, group: int | None = None
+    ) -> LaplaceHistogram:
+        return LaplaceHistogram(self, label, scale, group)
 
     def gaussian_gram(self, label: str, clip: float, noise_multiplier: float) -> GaussianGram:
         return GaussianGram(self, label, clip, noise_multiplier)
@@ -411,10 +413,11 @@ class GaussianCounts:
 
 class LaplaceHistogram:
     """H[q, k] = sum of the batch's rows in part q, plus Laplace(scale * sensitivity) per cell.
-    Every row must have l1 norm at most 1 (l1 sensitivity 1; 2 under substitution)."""
+    Every row must have l1 norm at most 1 (l1 sensitivity 1; 2 under substitution). `group`:
+    the only group whose records the rows are (None: any), for parallel composition."""
 
-    def __init__(self, session, label, scale) -> None:
-        self.session, self.label, self.scale = session, label, scale
+    def __init__(self, session, label, scale, group=None) -> None:
+        self.session, self.label, self.scale, self.group = session, label, scale, group
         self._event = dp_event.LaplaceDpEvent(scale)
 
     @property
@@ -447,8 +450,8 @@ class LaplaceHistogram:
         """As `GaussianSum.record`."""
         if not self.session._check_noise(self.label, self.scale, self.sensitivity):
             return None
-        self.session._record(self.label, self._event, batch, None)
-        return self.session.noise(self.label, None, device)
+        self.session._record(self.label, self._event, batch, self.group)
+        return self.session.noise(self.label, self.group, device)
 
 
 def check_l1_rows(label: str, rows: torch.Tensor, checks: DeviceChecks) -> None:

@@ -48,6 +48,7 @@ TINY = {
     "dpnose": ({"steps": 5}, {"constraint": "bounded_group_loss", "knob_values": (2.0, 0.3)}),
     "fairlearn-eg": ({"max_iter": 2, "lr_max_iter": 100}, {"knob_values": (0.5, 0.01)}),
     "jagielski-post": ({"epochs": 1}, {"constraint": "equalized_odds", "knob_values": (0.5, 0.0)}),
+    "decoupled-post": ({"epochs": 1}, {"knob_values": (0.5, 0.0)}),
     "jagielski-oracle": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),
     "jagielski-oracle-nonprivate": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),
 }

@@ -110,6 +110,8 @@ CASES = [
         FairnessSpec(DP, 0.05),
         "cls3",
     ),
+    ("decoupled-post", FAST, FairnessSpec(DP, 0.0), "cls3"),
+    ("decoupled-post", {**FAST, "model": "mlp", "holdout": 0}, FairnessSpec(DP, 0.05), "cls"),
     ("jagielski-oracle", {"batch_size": 64, "iterations": 3}, FairnessSpec(EO, 0.05), "cls3"),
     (
         "jagielski-oracle",

@@ -44,6 +44,7 @@ def test_every_fairness_knob_is_declared_with_its_range_and_direction():
         "dpnose": ("bound", "[0, inf)", looser),
         "fairlearn-eg": ("difference_bound", "(0, inf)", looser),
         "jagielski-post": ("gamma", "[0, 1]", looser),
+        "decoupled-post": ("gamma", "[0, 1]", looser),
         "dp-erm-mitigation": ("lambda", "[0, inf)", stricter),
         "pf-ld": ("alpha", "[0, inf)", looser),
         "jagielski-oracle": ("gamma", "[0, inf)", looser),

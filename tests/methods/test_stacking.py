@@ -25,6 +25,7 @@ KNOBS = {
     "fairlearn-eg": [0.05, 0.1],
     "dpse": [0.5, 0.7],
     "jagielski-post": [0.0, 0.1],
+    "decoupled-post": [0.0, 0.1],
     "dp-erm-mitigation": [0.0, 2.0],
     "pf-ld": [0.0, 0.1],
     "jagielski-oracle": [0.02, 0.1],

@@ -49,6 +49,7 @@ CASES = {
     ],
     "dpse": [({"steps": 5}, BGL, 0.5), ({"steps": 5, "group_sizes": "public"}, BGL, None)],
     "dpnose": [({"steps": 5}, BGL, 0.5), ({"steps": 5}, BGL, None)],
+    "decoupled-post": [({**SMALL}, DP, 0.0), ({**SMALL, "holdout": 0, "model": "mlp"}, DP, 0.05)],
     "jagielski-post": [
         ({**SMALL}, EO, 0.05),
         ({**SMALL, "holdout": 0.3}, DP, 0.0),
