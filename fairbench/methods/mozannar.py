@@ -40,11 +40,11 @@ Needs the optional extra: `pip install 'dp-fairbench[fairlearn]'`.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from dp_accounting import dp_event
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from fairbench.errors import ConfigError
 from fairbench.methods.engine import Outcome, TrainingProgram
@@ -60,6 +60,10 @@ RELEASE = "mozannar: randomized response of the sensitive attribute"
 
 
 class MozannarHparams(FairlearnEGHparams):
+    privacy_notion: Literal["local-dp-attribute"] = Field(
+        "local-dp-attribute", description="the only one: local DP of each record's attribute"
+    )
+
     @field_validator("model", mode="before")
     @classmethod
     def _linear_only(cls, value):
@@ -170,7 +174,8 @@ class Mozannar(FairlearnEG):
     hparams: MozannarHparams
 
     def guarantee(self) -> Guarantee:
-        """Local DP of each record's attribute; features and labels are public."""
+        """Local DP of each record's attribute, features and labels public: no setting of
+        this method is whole-record DP (`privacy_notion` has one value, for the catalog)."""
         return Guarantee(PrivacyNotion.LOCAL_ATTRIBUTE)
 
     def plan(
