@@ -40,7 +40,7 @@ Needs the optional extra: `pip install 'dp-fairbench[fairlearn]'`.
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from dp_accounting import dp_event
@@ -170,7 +170,7 @@ class Mozannar(FairlearnEG):
         "EG on the privatized attribute"
     )
     constraints = ("demographic_parity", "equalized_odds")
-    Hparams = MozannarHparams
+    Hparams: ClassVar[type[FairlearnEGHparams]] = MozannarHparams
     hparams: MozannarHparams
 
     def guarantee(self) -> Guarantee:
