@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
+import pytest
 
 from fairbench.report import plots
 from fairbench.report.aggregate import pareto_points, trials_frame
@@ -69,3 +71,12 @@ def test_figures_draw_one_notion_each(monkeypatch):
 def test_literature_gives_the_local_notion_its_own_panels():
     assert LOCAL in NOTIONS and NOTION_TITLES[LOCAL] == "local DP of the sensitive attribute"
     assert _base_notion(LOCAL) == LOCAL and _base_notion("full+public-marginals") == "full"
+
+
+def test_the_ledger_summary_names_randomized_response():
+    from fairbench.privacy.events import randomized_response, to_dict
+    from fairbench.report.ledger_summary import mechanism
+
+    name, params = mechanism(to_dict(randomized_response(1.0, 2)))
+    assert name == "randomized response" and params["k"] == 2
+    assert params["p"] == pytest.approx(2 / (np.e + 1), rel=1e-12)
