@@ -177,3 +177,11 @@ def test_the_runner_labels_its_rows(monkeypatch):
     assert row.privacy_notion == "local-dp-attribute"
     assert row.epsilon_spent <= 2.0 and row.epsilon_checks["problems"] == []
     assert row.info["epsilon_A"] == 2.0 and row.info["floored_cells"] == 0
+
+
+def test_private_selection_refuses_it():
+    from fairbench.workflows.private_selection import whole_record_problem
+
+    problem = whole_record_problem(Mozannar())
+    assert problem is not None and "local-dp-attribute notion only" in problem
+    assert problem.endswith("private selection releases whole-record DP only: leave the method out")
