@@ -3,7 +3,8 @@
 Some methods do not train on a `RateConstraintSet`'s terms but compare every group's rate
 with a reference, as fairlearn's Moments do for its reductions: PF-LD and Jagielski et al.'s
 auditor compare each group with the whole population of its event, Hardt et al.'s
-post-processing compares the groups pairwise. For a constraint name this view says
+post-processing compares the groups pairwise, dp-fermi conditions its group marginals on the
+events. For a constraint name this view says
 - its *events*: the sets of true labels a rate is conditioned on; a group's rate in event e
   averages over the records of that group whose label is in e, and its reference population
   is e's records of every group. Demographic and accuracy parity: one event of all labels;
@@ -12,12 +13,14 @@ post-processing compares the groups pairwise. For a constraint name this view sa
   class k, class 1 alone for binary tasks, class 0 being its complement) or `error`
   (P(ŷ ≠ y)).
 Histograms are read with any leading (trial) axes, either label-resolved (..., groups,
-labels) or over the view's own partition, part = event * groups + group (its `part_table`, the
-`RateConstraintSet` partition of the same constraint where the events cover every label).
+labels) or over the view's own partition, part = event * groups + group (its `part_table`:
+the builders' partition for demographic parity and equalized odds; for accuracy parity a
+record's row, (1 - p_y, p_y), carries its label instead of its part).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +31,7 @@ import torch.nn.functional as F
 from fairbench.errors import ConfigError
 
 Score = Literal["prediction", "error"]
+Events = tuple[tuple[int, ...], ...]  # the true labels of each event
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class GroupRates:
     """A constraint's events (tuples of true labels) and score, on K classes and G groups."""
 
     name: str
-    events: tuple[tuple[int, ...], ...]
+    events: Events
     score: Score
     n_classes: int
     n_groups: int
@@ -167,26 +171,23 @@ def group_gaps(sums: torch.Tensor, counts: torch.Tensor, floor: float) -> torch.
     return group - event.unsqueeze(-2)
 
 
-_EVENTS = {
+# per constraint: its events on K classes, and its score
+_VIEWS: dict[str, tuple[Callable[[int], Events], Score]] = {
     "demographic_parity": (lambda k: (tuple(range(k)),), "prediction"),
     "equalized_odds": (lambda k: tuple((y,) for y in range(k)), "prediction"),
     "accuracy_parity": (lambda k: (tuple(range(k)),), "error"),
+    "false_negative_rate_parity": (lambda k: ((1,),), "prediction"),  # binary: TPR
 }
 
 
 def group_rates(name: str, n_classes: int, n_groups: int) -> GroupRates:
     """The group-rate view of a named constraint (module docstring)."""
-    if name == "false_negative_rate_parity":
-        if n_classes != 2:
-            raise ConfigError(
-                "false_negative_rate_parity's group-rate view compares the rate of the "
-                f"positive class (binary tasks); this task has {n_classes} classes"
-            )
-        return GroupRates(name, ((1,),), "prediction", n_classes, n_groups)
-    if name not in _EVENTS:
+    if name not in _VIEWS:
+        raise ConfigError(f"constraint {name!r} has no group-rate view; known: {', '.join(_VIEWS)}")
+    if name == "false_negative_rate_parity" and n_classes != 2:
         raise ConfigError(
-            f"constraint {name!r} has no group-rate view; known: "
-            f"{', '.join([*_EVENTS, 'false_negative_rate_parity'])}"
+            "false_negative_rate_parity's group-rate view compares the rate of the positive "
+            f"class (binary tasks); this task has {n_classes} classes"
         )
-    events, score = _EVENTS[name]
+    events, score = _VIEWS[name]
     return GroupRates(name, events(n_classes), score, n_classes, n_groups)
