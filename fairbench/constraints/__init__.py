@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fairbench.constraints.builders import BUILDERS, CustomConstraintSet, custom
-from fairbench.constraints.group_rates import GroupRates, group_rates
+from fairbench.constraints.group_rates import DeviceEvents, GroupRates, group_rates
 from fairbench.constraints.rates import RateConstraintSet, TorchRates
 from fairbench.errors import ConfigError
 
@@ -28,6 +28,7 @@ def build(
 __all__ = [
     "BUILDERS",
     "CustomConstraintSet",
+    "DeviceEvents",
     "GroupRates",
     "RateConstraintSet",
     "TorchRates",

@@ -162,6 +162,12 @@ class DeviceEvents:
         """Label-resolved statistics (..., groups, labels) summed into events (..., E, G)."""
         return torch.einsum("...gy,ey->...eg", stats, self.matrix)
 
+    def gaps(self, positives: torch.Tensor, counts: torch.Tensor, floor: float) -> torch.Tensor:
+        """Label-resolved positive-prediction and record counts (..., groups, labels) -> each
+        group's positive rate minus its event's (..., E, G), counts floored at `floor`."""
+        sums = self.per_event(positives).unsqueeze(-1)
+        return group_gaps(sums, self.per_event(counts), floor)[..., 0]
+
 
 def group_gaps(sums: torch.Tensor, counts: torch.Tensor, floor: float) -> torch.Tensor:
     """Score sums (..., E, G, M) and counts (..., E, G) -> each group's mean minus its event's

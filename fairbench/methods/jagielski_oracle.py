@@ -85,8 +85,6 @@ from scipy.optimize import linprog
 from torch import nn
 
 from fairbench import constraints
-from fairbench.constraints import GroupRates
-from fairbench.constraints.group_rates import DeviceEvents, group_gaps
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.cgoo import WeightedCrossEntropy, component
@@ -155,7 +153,7 @@ def laplace_scale(releases: int, target: float, delta: float) -> float:
 
 
 def learner_costs(
-    counts: torch.Tensor, lam: torch.Tensor, events: DeviceEvents
+    counts: torch.Tensor, lam: torch.Tensor, events: constraints.DeviceEvents
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The Learner's cost-sensitive problem for multipliers lam (T, 2, E, groups) (signs +, -)
     on (group, label) counts (T, groups, 2): per cell, (T, groups, 2) weights and targets, and
@@ -175,12 +173,13 @@ def learner_costs(
     return sw.abs() * normaliser.view(-1, 1, 1), (sw > 0).long(), normaliser
 
 
-def violations(positives: torch.Tensor, counts: torch.Tensor, events: DeviceEvents) -> torch.Tensor:
+def violations(
+    positives: torch.Tensor, counts: torch.Tensor, events: constraints.DeviceEvents
+) -> torch.Tensor:
     """gamma (T, 2, E, groups): P[yhat = 1 | e, g] - P[yhat = 1 | e] and its negative, from
     positive-prediction counts and (group, label) counts, both (T, groups, 2); the counts are
     floored at 1 already, so the gaps' floor changes nothing."""
-    sums = events.per_event(positives).unsqueeze(-1)
-    gap = group_gaps(sums, events.per_event(counts), 1.0)[..., 0]
+    gap = events.gaps(positives, counts, 1.0)
     return torch.stack([gap, -gap], dim=1)
 
 
@@ -205,7 +204,7 @@ class Game:
 
     def __init__(
         self,
-        rates: GroupRates,
+        rates: constraints.GroupRates,
         counts: torch.Tensor,
         bounds: torch.Tensor,
         gammas: torch.Tensor,

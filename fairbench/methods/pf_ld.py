@@ -99,7 +99,6 @@ from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
 from fairbench import constraints
-from fairbench.constraints import GroupRates
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
@@ -161,7 +160,7 @@ class Dual:
 
     def __init__(
         self,
-        rates: GroupRates,
+        rates: constraints.GroupRates,
         alpha: torch.Tensor,
         counts: torch.Tensor,
         lr_dual: float,

@@ -103,10 +103,19 @@ def test_label_resolved_counts_summed_into_events():
     )
     assert eo.per_event(counts).tolist() == [[[5.0, 2.0], [3.0, 4.0]]]
     assert dp.per_event(counts).tolist() == [[[8.0, 6.0]]]
-    # group-vs-population gaps from event sums and counts: 3/8 - 6/14, 3/6 - 6/14
-    sums = dp.per_event(torch.tensor([[[1.0, 2.0], [0.0, 3.0]]]))
-    gap = group_gaps(sums.unsqueeze(-1), dp.per_event(counts), 1.0)[..., 0]
+    # group-vs-population gaps: positives [[1, 2], [0, 3]]: 3 of 8 and 3 of 6 against 6 of 14
+    gap = dp.gaps(torch.tensor([[[1.0, 2.0], [0.0, 3.0]]]), counts, 1.0)
     assert torch.allclose(gap, torch.tensor([[[3 / 8 - 3 / 7, 1 / 2 - 3 / 7]]]))
+    # by hand: group 0 of label 1 has 2 of 3, the label 2 + 3 of 7
+    gap = eo.gaps(torch.tensor([[[1.0, 2.0], [0.0, 3.0]]]), counts, 1.0)
+    assert torch.allclose(gap[0, 1], torch.tensor([2 / 3 - 5 / 7, 3 / 4 - 5 / 7]))
+
+
+def test_group_gaps_floor_every_count():
+    """Sums (1 event, 2 groups, 1 score) 1 and 1 over counts 0.5 and 3: floored at 1, the
+    means are 1 and 1/3 and the event's 2 / 3.5."""
+    gap = group_gaps(torch.tensor([[[1.0], [1.0]]]), torch.tensor([[0.5, 3.0]]), 1.0)
+    assert torch.allclose(gap[..., 0], torch.tensor([[1 - 2 / 3.5, 1 / 3 - 2 / 3.5]]))
 
 
 def test_positive_rates_per_event_and_group():
