@@ -37,6 +37,7 @@ import pandas as pd
 
 from fairbench.errors import ConfigError
 from fairbench.methods.base import SENSITIVE_MARK
+from fairbench.report import write_report
 from fairbench.rundir.lock import run_lock
 from fairbench.rundir.store import finished_rows
 from fairbench.rundir.tuning import TuneLayout, read_tune_config, write_budget_table
@@ -109,6 +110,8 @@ def _budgets(
     run: Callable[[list[TrialSpec], Path], RunSummary],
     warn: Callable[[str], None],
 ) -> tuple[dict[int, pd.DataFrame], list[str]]:
+    if not budgets:  # a tune of at most the smallest budget's draws
+        return {}, []
     search_rows = finished_rows(layout.search, "re-select from")
     tuned = [row for run_dir in _run_dirs(layout.final) for row in finished_rows(run_dir, "pair")]
     ran = {(r["dataset"], _eps(r["epsilon"]), r["label"]) for r in tuned}
@@ -127,6 +130,7 @@ def _budgets(
         specs = prepare_run(parse_config(data, stem), run_dir, warn, extend=True)
         done = run(specs, run_dir)
         failures += [f"final {trial}: {error.splitlines()[-1]}" for trial, error in done.failed]
+        write_report(run_dir)  # as tune's finals: trials.csv is what committed results keep
         added += finished_rows(run_dir, "pair")
     for k, selection in selections.items():
         summary = summarise(selection, tuned + added, search_rows, charge=False)

@@ -56,7 +56,9 @@ def tuned(tmp_path_factory):
     out = tmp_path_factory.mktemp("budgets") / "tune"
     quick_tune(TUNE, out)
     config = load_tuned_config(out)
-    selections, failures = run_budgets(config, out, 1, True, lambda _: None, list(SMALL[:-1]))
+    with pytest.MonkeyPatch.context() as patch:  # as quick_tune: the reports are not read
+        patch.setattr("fairbench.workflows.budgets.write_report", lambda run_dir: None)
+        selections, failures = run_budgets(config, out, 1, True, lambda _: None, list(SMALL[:-1]))
     assert failures == []
     return out, selections
 
@@ -127,7 +129,9 @@ def test_only_the_choices_tune_did_not_run_are_run_and_a_rerun_runs_nothing(tune
     assert chosen - tune_ran  # budget 1 chose draws the full budget did not
     assert set(added["label"]) == chosen - tune_ran
     assert sorted(added["seed"].unique()) == TUNE["final_seeds"]
-    _, failures = run_budgets(load_tuned_config(out), out, 1, True, lambda _: None, [1, 2])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("fairbench.workflows.budgets.write_report", lambda run_dir: None)
+        _, failures = run_budgets(load_tuned_config(out), out, 1, True, lambda _: None, [1, 2])
     assert failures == [] and len(_rows(out / "budgets" / "final")) == len(added)
 
 
@@ -229,3 +233,13 @@ def test_both_figure_builders_write_the_table_beside_their_own(tuned, tmp_path):
     written = pd.read_csv(tmp_path / "lit" / "synthetic-demographic_parity-budgets.csv")
     assert list(written["label"]) == list(frame["label"])
     assert "0 of 1 verdicts stable." in (tmp_path / "lit" / "README.md").read_text()
+
+
+def test_the_command_says_when_no_budget_is_below_the_tunes_and_refuses_a_non_tune(
+    tuned, cli, tmp_path
+):
+    out, _ = tuned
+    code, printed, _ = cli("tune-budgets", str(out), "--quiet")
+    assert code == 0 and printed.strip() == "4 draws: no smaller budget to re-select at"
+    code, _, err = cli("tune-budgets", str(tmp_path))
+    assert code != 0 and "has no tune.yaml" in err and "Traceback" not in err
