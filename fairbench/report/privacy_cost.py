@@ -9,8 +9,9 @@ method that no configuration brought within tau on validation has no row; the no
 so a missing line is never mistaken for a line nobody drew.
 
 It reads only what tune wrote under each output directory (`rundir.tuning`: the tune config,
-the result table, the search run and the final runs), never re-running or re-selecting
-anything: the figure shows what tune chose.
+the result table, the search run and the final runs, and the smaller budgets' tables of
+`fairbench tune-budgets`), never re-running or re-selecting anything: the figure shows what
+tune chose.
 """
 
 from __future__ import annotations
