@@ -273,10 +273,10 @@ class CGOO(Method):
         on the device) at the start of each iteration of `steps` rounds; the oracle's steps
         run stacked across the trials, and each iteration ends by keeping each trial's model
         as a component."""
-        hp, dev, schedule = self.hparams, trials[0].session.device, plan.loop
+        hp, schedule = self.hparams, plan.loop
         models = init_models(hp, trials)
         stack = stack_models(models)
-        data = StackedData([t.task for t in trials], dev)
+        data = StackedData.of(trials)
         n, k, sessions = data.n, trials[0].task.n_groups, [t.session for t in trials]
         clip = hp.clip_norm if self.private else math.inf
         gradient_sums = [s.gaussian_sum(ORACLE, clip, schedule.noise_multiplier) for s in sessions]

@@ -273,7 +273,7 @@ class DPERMMitigation(Method):
         """lambda = 0: dp-sgd's program. lambda > 0: each trial's group counts (one release),
         then per round the regularised gradients and the group sums. The trials' lambdas are
         all 0 or all > 0 (their plans are equal)."""
-        hp, dev = self.hparams, trials[0].session.device
+        hp = self.hparams
         lams = [t.fairness.knob_value for t in trials]
 
         def outcomes(reports: list[dict]) -> list[Outcome]:
@@ -295,7 +295,7 @@ class DPERMMitigation(Method):
         models = init_models(hp, trials)
         functional = not stackable(hp.model)  # no opacus hooks under torch.func
         stack = FunctionalModel(models[0]) if functional else stack_models(models)
-        data = StackedData([t.task for t in trials], dev)
+        data = StackedData.of(trials)
         group = data.per_record(lambda task: task.train.s, torch.int64)
         n_groups = trials[0].task.n_groups
         counts = torch.stack(

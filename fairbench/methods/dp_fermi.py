@@ -554,7 +554,7 @@ class DPFermi(Method):
         positive, sensitive = lams[0] > 0, self.sensitive
         models = init_models(hp, trials)
         stack = stack_models(models)
-        data = StackedData([t.task for t in trials], dev)
+        data = StackedData.of(trials)
         s = data.per_record(lambda task: task.train.s, torch.int64)
         task = trials[0].task
         n_cells, k, l = plan.details["cells"], task.n_groups, task.n_classes  # noqa: E741 (the paper's l)

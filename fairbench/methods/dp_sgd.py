@@ -28,8 +28,7 @@ from fairbench.metrics import VIOLATIONS
 from fairbench.models.grad_sample import CrossEntropy
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
-from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.stacked import StackedBatches, gaussian_sums
+from fairbench.privacy.stacked import gaussian_sums
 
 LABEL = "dp-sgd: clipped gradient sum"
 
@@ -59,34 +58,27 @@ class DPSGD(Method):
     def plan(
         self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
     ) -> Plan:
-        """Sampling rate, steps and noise multiplier meeting the target on n records; one
-        Poisson-sampled Gaussian per step."""
+        """The schedule meeting the target on n records; one Poisson-sampled Gaussian a step."""
         schedule = calibrated(self.hparams, shape.n, self.required_target(target))
-        ledger = PrivacyLedger()
-        q, sigma, steps = schedule.sampling_rate, schedule.noise_multiplier, schedule.steps
-        ledger.record(LABEL, sgd_steps(q, sigma, steps))
         info = {**schedule.info(), "clip_norm": self.hparams.clip_norm}
+        ledger = PrivacyLedger.of((LABEL, schedule.rounds_event()))
         return Plan(ledger, schedule, budget=schedule.budget(), info=info)
 
     def stackable(self) -> bool:
         return stackable(self.hparams.model, self.hparams.grad_engine)
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        hp, schedule = self.hparams, plan.loop
+        hp, sigma = self.hparams, plan.loop.noise_multiplier
         models = init_models(hp, trials)
         stack = stack_models(models, hp.grad_engine)
-        data = StackedData([t.task for t in trials], trials[0].session.device)
-        sums = [
-            t.session.gaussian_sum(LABEL, hp.clip_norm, schedule.noise_multiplier) for t in trials
-        ]
-        step_size = hp.lr / expected_batch(schedule, data.n)
+        data = StackedData.of(trials)
+        sums = [t.session.gaussian_sum(LABEL, hp.clip_norm, sigma) for t in trials]
+        step_size = hp.lr / expected_batch(plan.loop, data.n)
 
-        def step(round_: StackedBatches) -> None:
-            rows = data.gather(round_)
-            x = rows.rows(data.x)
-            logits = stack.logits(x)
-            loss = CrossEntropy(rows.rows(data.y))
-            contributions = stack.contributions(x, loss, logits, rows, rows.rows(data.x_sq))
-            stack.descend(gaussian_sums(sums, contributions, round_.batches), step_size)
+        def step(round_):
+            batch = data.gather(round_)
+            logits = stack.logits(batch.x)
+            grads = stack.contributions(batch.x, CrossEntropy(batch.y), logits, batch, batch.x_sq)
+            stack.descend(gaussian_sums(sums, grads, round_.batches), step_size)
 
         return TrainingProgram(models, step)

@@ -20,6 +20,7 @@ result is its result alone up to float32 reduction order (tests/methods/test_sta
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -123,17 +124,21 @@ class StackedData:
         self._task_offsets = torch.tensor(self.offsets, device=device).unsqueeze(1)
         self._trial_offsets = trials * self.n  # a `per_trial` tensor's rows, trial by trial
 
+    @classmethod
+    def of(cls, trials: list[Trial]) -> StackedData:
+        """The trials' training data on their device."""
+        return cls([t.task for t in trials], trials[0].session.device)
+
     def per_record(self, values: Callable[[Task], np.ndarray], dtype: torch.dtype) -> torch.Tensor:
         """`values(task)` (one entry per training record) of every distinct task, concatenated
         in slot order: what `Gathered.rows` indexes."""
         stacked = np.concatenate([values(task) for task in self.tasks])
         return torch.as_tensor(stacked, dtype=dtype, device=self.device)
 
-    def gather(self, round_: StackedBatches) -> Gathered:
+    def gather(self, round_: StackedBatches) -> Batch:
         """The round's batches as rows of this data (each trial's rows of its own task)."""
-        if len(self.tasks) == 1:
-            return Gathered(round_.index, round_.mask, round_.sizes)
-        return Gathered(round_.index + self._task_offsets, round_.mask, round_.sizes)
+        index = round_.index if len(self.tasks) == 1 else round_.index + self._task_offsets
+        return Batch(index, round_.mask, round_.sizes, self)
 
     def per_trial(self, dtype: torch.dtype) -> torch.Tensor:
         """A zero (T * n,) tensor for values each trial holds per training record (e.g. the
@@ -172,6 +177,26 @@ class Gathered:
         return values * self.mask.view(*self.mask.shape, *[1] * (values.dim() - 2))
 
 
+@dataclass(frozen=True)
+class Batch(Gathered):
+    """A round's rows of `StackedData`, with their features, labels and squared norms read
+    once, when first asked for."""
+
+    data: StackedData
+
+    @functools.cached_property
+    def x(self) -> torch.Tensor:
+        return self.rows(self.data.x)
+
+    @functools.cached_property
+    def y(self) -> torch.Tensor:
+        return self.rows(self.data.y)
+
+    @functools.cached_property
+    def x_sq(self) -> torch.Tensor:
+        return self.rows(self.data.x_sq)
+
+
 def init_models(hp: TrainingHparams, trials: list[Trial]) -> list[nn.Module]:
     """Each trial's classifier, initialised from its own stream "init"."""
     return [init_model(hp, t.task, t.session) for t in trials]
@@ -189,7 +214,8 @@ def exact_sums(contributions) -> list[torch.Tensor]:
 class Outcome:
     """What a program reports for one trial once its loop is done: row info of its own (its
     final dual variables, say), and the predictor when it is not the trial's model alone (a
-    mixture's `components` and `weights`, a `derived` post-processor's table), or a notion or
+    mixture's `components` and `weights`, a `derived` post-processor's table and, where the
+    base is decoupled, its `group_models`), or a notion or
     accounting the method qualifies."""
 
     info: dict[str, Any] = field(default_factory=dict)
@@ -197,6 +223,7 @@ class Outcome:
     components: list[nn.Module] = field(default_factory=list)
     weights: list[float] | None = None
     derived: np.ndarray | None = None
+    group_models: list[nn.Module] = field(default_factory=list)
     privacy_notion: str | None = None
     target_accounting: str = "suite"
     budget: TrainingBudget | None = (
@@ -261,6 +288,7 @@ def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
                 weights=outcome.weights,
                 budget=outcome.budget if outcome.budget is not None else plan.budget,
                 derived=outcome.derived,
+                group_models=outcome.group_models,
             )
     return fits  # type: ignore[return-value]  # each trial is in one group: none is left None
 
@@ -280,14 +308,27 @@ def one_step(
     method: Method, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
 ) -> Callable[[], None]:
     """`fairbench bench`'s view of a one-trial program: each call runs one round of exactly the
-    code `fit` runs, on the method's typical knob."""
-    session = PrivacySession(seed, resolve_device(device), privacy if method.private else None)
+    code `fit` runs, on the method's typical knob. When the plan's rounds are used up, the next
+    call starts a fresh trial (a new session and program), so a bench may run any number of
+    steps without a session drawing beyond its plan."""
     knob = None if method.knob is None else method.knob.typical
-    trial = Trial(task, FairnessSpec("demographic_parity", knob), session)
-    plan = method.plan(DataShape.of(task), session.budget, trial.fairness, seed)
-    session.submit_plan(plan.ledger, method.guarantee())
-    program = method.program([trial], plan)
-    next_round = rounds([session], len(task.train) if program.n is None else program.n, plan)
-    step = program.step
-    assert step is not None
-    return lambda: step(next_round())
+    left, step, next_round = 0, None, None
+
+    def start() -> tuple[int, Callable[[StackedBatches], None], Callable[[], StackedBatches]]:
+        session = PrivacySession(seed, resolve_device(device), privacy if method.private else None)
+        trial = Trial(task, FairnessSpec("demographic_parity", knob), session)
+        plan = method.plan(DataShape.of(task), session.budget, trial.fairness, seed)
+        session.submit_plan(plan.ledger, method.guarantee())
+        program = method.program([trial], plan)
+        assert program.step is not None
+        n = len(task.train) if program.n is None else program.n
+        return plan.loop_rounds, program.step, rounds([session], n, plan)
+
+    def one() -> None:
+        nonlocal left, step, next_round
+        if left == 0:
+            left, step, next_round = start()
+        left -= 1
+        step(next_round())  # type: ignore[misc]  # set by start()
+
+    return one

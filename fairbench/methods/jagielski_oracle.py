@@ -374,7 +374,7 @@ class JagielskiOracle(Method):
         trial's h_t kept as a component and audited. Each trial's outcome is its mixture."""
         hp, dev = self.hparams, trials[0].session.device
         inner, scale = plan.info["inner_steps"], plan.info["laplace_scale"]
-        data = StackedData([t.task for t in trials], dev)
+        data = StackedData.of(trials)
         n, k = data.n, trials[0].task.n_groups
         sessions = [t.session for t in trials]
         cell = data.per_record(lambda task: task.train.s * 2 + task.train.y, torch.int64)

@@ -410,7 +410,7 @@ class PFLD(Method):
         layout = Layout.of(plan.details["constraint"], trials[0].task)
         models = init_models(hp, trials)
         stack = stack_models(models)
-        data = StackedData([t.task for t in trials], dev)
+        data = StackedData.of(trials)
         s = data.per_record(lambda task: task.train.s, torch.int64)
         cell = data.y if layout.n_cells > 1 else torch.zeros_like(data.y)
         part = cell * layout.n_groups + s

@@ -15,7 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dp_accounting import dp_event
+
 from fairbench.privacy.accountant import at_search_bound
+from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.ledger import PrivacyLedger
 from fairbench.task import Task
 
@@ -81,6 +84,26 @@ class Schedule:
             | {k: float(v) for k, v in other_noise.items()},
             calibrated=self.calibrated,
             at_bound=at_search_bound(steps, self.noise_multiplier),
+        )
+
+    def rounds_event(
+        self,
+        laplace_scale: float | None = None,
+        gaussians: int = 1,
+        substitution: bool = False,
+        count_noise: float | None = None,
+    ) -> dp_event.DpEvent:
+        """The loop's releases: each of the `steps` rounds, `gaussians` Gaussian sums at the
+        noise multiplier (and a Laplace histogram, if `laplace_scale`; a Gaussian count vector,
+        if `count_noise`) on one Poisson batch (`fairbench.privacy.events.sgd_steps`)."""
+        return sgd_steps(
+            self.sampling_rate,
+            self.noise_multiplier,
+            self.steps,
+            laplace_scale,
+            gaussians,
+            substitution,
+            count_noise,
         )
 
     def info(self) -> dict[str, float | int]:

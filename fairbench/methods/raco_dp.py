@@ -381,7 +381,7 @@ class SGDA(Method):
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
         hp, dev, schedule = self.hparams, trials[0].session.device, plan.loop
         sets = [self._constraints(t.fairness, t.task) for t in trials]
-        data = StackedData([t.task for t in trials], dev)
+        data = StackedData.of(trials)
         part = data.per_record(lambda task: self._parts(sets[0], task), torch.int64)
         models = init_models(hp, trials)
         stack = stack_models(models)

@@ -34,6 +34,11 @@ class PrivacyLedger:
     entries: list[LedgerEntry] = field(default_factory=list)
     parallel_groups: bool = False
 
+    @classmethod
+    def of(cls, *entries: tuple[str, dp_event.DpEvent]) -> PrivacyLedger:
+        """A ledger of (label, event) entries, each over all records, in release order."""
+        return cls([LedgerEntry(label, event) for label, event in entries])
+
     def record(self, label: str, event: dp_event.DpEvent, group: int | None = None) -> None:
         self.entries.append(LedgerEntry(label, event, group))
 
