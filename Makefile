@@ -89,7 +89,9 @@ tune-adult-dp: install
 
 # fig-privacy-cost (issue 16): equal-draws tuning of every method per dataset (fairbench tune;
 # re-running resumes, skipping finished trials) into results/tune/privacy-cost/<name>/, then
-# per dataset a CSV, a figure per model and a note in results/figures/fig-privacy-cost/.
+# per dataset a CSV, a figure per model and a note in results/figures/fig-privacy-cost/; after
+# each tune, `fairbench tune-budgets` re-selects from its first 4 and 8 draws (the notes' budget
+# sensitivity table, the stable label of each winner).
 # `make privacy-cost-<name>` tunes one dataset alone and writes the wall seconds of that
 # invocation to its wall_seconds.txt (a resumed run times only what was left).
 PRIVACY_COST := german adult2k adult5k adult5k-mlp compas parkinsons credit adult heart
@@ -103,6 +105,7 @@ $(PRIVACY_COST_TUNES): privacy-cost-%: install
 	@mkdir -p results/tune/privacy-cost/$*
 	start=$$(date +%s); \
 	$(SINGLE_THREADED) $(BIN)/fairbench tune privacy-cost-$* --out results/tune/privacy-cost/$* $(EXECUTOR_FLAGS) && \
+	$(SINGLE_THREADED) $(BIN)/fairbench tune-budgets results/tune/privacy-cost/$* && \
 	echo $$(( $$(date +%s) - start )) > results/tune/privacy-cost/$*/wall_seconds.txt
 
 # fig-tuning-cost (issue 24): what paying for tuning costs. Per dataset two tune outputs with
@@ -129,8 +132,9 @@ $(TUNING_COST_TUNES): tuning-cost-%: install
 # PF-LD, the DP-ERM mitigation) beside RaCO-DP and DP-FERMI, tuned with equal draws in both
 # privacy notions: equalized odds on Adult and Credit at eps 0.5/1/3 (literature.yaml) and
 # demographic parity on Adult at eps 0.5/1/3/9 (literature-adult-dp.yaml), the settings
-# DP-FERMI published. Re-running resumes. Then the figures, dominance tables and the published
-# Adult points against ours in results/figures/fig-literature.
+# DP-FERMI published, each followed by `fairbench tune-budgets`. Re-running resumes. Then the
+# figures, dominance and budget-sensitivity tables and the published Adult points against ours
+# in results/figures/fig-literature.
 LITERATURE := literature literature-adult-dp
 .PHONY: fig-literature $(addprefix tune-,$(LITERATURE))
 fig-literature: $(addprefix tune-,$(LITERATURE))
@@ -140,6 +144,7 @@ $(addprefix tune-,$(LITERATURE)): tune-%: install
 	@mkdir -p results/tune/$*
 	start=$$(date +%s); \
 	$(SINGLE_THREADED) $(BIN)/fairbench tune $* --out results/tune/$* $(EXECUTOR_FLAGS) && \
+	$(SINGLE_THREADED) $(BIN)/fairbench tune-budgets results/tune/$* && \
 	echo $$(( $$(date +%s) - start )) > results/tune/$*/wall_seconds.txt
 
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under

@@ -109,6 +109,43 @@ def tune(
         raise typer.Exit(1)
 
 
+def tune_budgets(
+    tune_out: Annotated[
+        Path, typer.Argument(help="a finished `fairbench tune --out` directory (selection: free)")
+    ],
+    workers: Annotated[int | None, typer.Option(min=1, help="processes (default: cores)")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress output")] = False,
+) -> None:
+    """Budget sensitivity of a tune: every method re-selected by tune's own rule from its
+    first 4 and 8 draws (those below the tune's), those choices' missing final trials run on
+    the same fresh seeds, and budgets/tuning-draws<k>.json written; fig-privacy-cost and
+    fig-literature then label each winner stable or say why not."""
+    from fairbench.rundir.tuning import TuneLayout
+    from fairbench.runner.execute import default_workers
+    from fairbench.workflows.budgets import load_tuned_config, run_budgets
+
+    config = load_tuned_config(tune_out)
+    try:
+        selections, failures = run_budgets(
+            config, tune_out, workers or default_workers(), quiet, warn=err_console.print
+        )
+    except Interrupted as exc:
+        exc.resume = f"fairbench tune-budgets {tune_out}"
+        raise
+    if not selections:
+        console.print(f"{config.draws} draws: no smaller budget to re-select at")
+    layout = TuneLayout(tune_out)
+    for k, table in selections.items():
+        console.print(
+            f"{k} draws: {table['selected'].notna().sum()} of {len(table)} (method, target, ε) "
+            f"selections reached their target → {layout.budget_table(k)}"
+        )
+    for line in failures:
+        err_console.print(f"failed {line}")
+    if failures:
+        raise typer.Exit(1)
+
+
 def _figure_command(name: str) -> None:
     """`fairbench figure NAME`, from its entry in the figure registry."""
     spec = FIGURES[name]

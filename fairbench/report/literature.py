@@ -6,9 +6,11 @@ Per dataset it writes a CSV (privacy_cost's rows plus each row's privacy notion 
 the method reads the sensitive attribute at test time), one figure (a row of panels per
 notion, a column per violation target tau; published points as black markers in the panels of
 their own notion only), the dominance table (does a seed method beat a baseline at tau: the
-paired per-seed test-error difference with its 95% t-interval), and `references.csv`/`.md`
-(each published point against our tuned error at the loosest target no looser than its
-violation: ours is then at least as fair by its target).
+paired per-seed test-error difference with its 95% t-interval), the budget-sensitivity
+table (report.budget_sensitivity: the winner per notion, epsilon and tau at each tuning
+budget, and whether it is stable), and `references.csv`/`.md` (each published point against
+our tuned error at the loosest target no looser than its violation: ours is then at least as
+fair by its target).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from scipy import stats
 
 from fairbench.errors import ConfigError
 from fairbench.methods.base import SENSITIVE_MARK
+from fairbench.report.budget_sensitivity import budget_section
 from fairbench.report.document import Document, Images, Table
 from fairbench.report.figure import (
     finish,
@@ -36,6 +39,7 @@ from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.privacy_cost import (
     COLUMNS,
     TuneOutput,
+    budget_rows,
     cost_rows,
     final_trials,
     load_tune_output,
@@ -461,8 +465,9 @@ def dominance_document(table: pd.DataFrame) -> Document:
 
 
 def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Output]:
-    """Per (dataset, constraint) `<key>.csv`, `<key>.png/.pdf`, `<key>-dominance.csv`;
-    `references.csv/.md` for the published points; `README.md` with every table."""
+    """Per (dataset, constraint) `<key>.csv`, `<key>.png/.pdf`, `<key>-dominance.csv`,
+    `<key>-budgets.csv` (budget sensitivity); `references.csv/.md` for the published points;
+    `README.md` with every table."""
     if not inputs:
         raise ConfigError("give at least one `fairbench tune` output directory")
     points = published_points(references)
@@ -481,6 +486,7 @@ def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Outpu
         every.append(rows)
         missing = unreachable(tuned)
         missing["privacy_notion"] = missing["method"].map(_label_notion(tuned))
+        budgets = budget_rows(tuned)
         report.add(
             f"Tune output `{tuned.path}`: {tuned.config['draws']} configurations per method and ε."
         )
@@ -499,6 +505,11 @@ def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Outpu
             report.add(Images([(f"{key}.png", f"{key}.png")]), f"Rows: `{key}.csv`.")
             report.extend(dominance_document(table))
             report.extend(satisfaction_section(mine, fmt_eps, by="privacy_notion"))
+            verdicts = budgets[
+                (budgets["dataset"] == dataset) & (budgets["constraint"] == constraint)
+            ]
+            yield Csv(f"{key}-budgets.csv", verdicts)
+            report.extend(budget_section(verdicts, fmt_eps, ["privacy_notion"]))
     table = matched(pd.concat(every, ignore_index=True), points)
     yield Csv("references.csv", table)
     yield Doc("references", references_document(table))

@@ -9,8 +9,9 @@ method that no configuration brought within tau on validation has no row; the no
 so a missing line is never mistaken for a line nobody drew.
 
 It reads only what tune wrote under each output directory (`rundir.tuning`: the tune config,
-the result table, the search run and the final runs), never re-running or re-selecting
-anything: the figure shows what tune chose.
+the result table, the search run and the final runs, and the smaller budgets' tables of
+`fairbench tune-budgets`), never re-running or re-selecting anything: the figure shows what
+tune chose.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pandas as pd
 
 from fairbench.errors import ConfigError
 from fairbench.report.aggregate import ci95, trials_frame
+from fairbench.report.budget_sensitivity import sensitivity
 from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.privacy_cost_notes import (
     ERROR_ONLY,
@@ -273,6 +275,15 @@ def search_spread(tuned: TuneOutput) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SPREAD_COLUMNS)
 
 
+def budget_rows(tuned: TuneOutput) -> pd.DataFrame:
+    """The budget-sensitivity rows of the tune output (`budget_sensitivity.COLUMNS`, the
+    dataset as the figure names it, after it the tune's model)."""
+    frame = sensitivity(tuned.path)
+    frame["dataset"] = [tuned.datasets[d][0] for d in frame["dataset"]]
+    frame.insert(1, "model", ", ".join(sorted({tuned.models[m] for m in tuned.plugins})))
+    return frame
+
+
 def _meta(tuned: TuneOutput, name: str) -> dict[str, Any]:
     finite = [float(e) for e in tuned.config["epsilons"]]
     models = sorted({tuned.models[m] for m in tuned.plugins})
@@ -292,8 +303,9 @@ def _meta(tuned: TuneOutput, name: str) -> dict[str, Any]:
 
 
 def outputs(inputs: list[Path]) -> Iterator[Output]:
-    """Per dataset: `<key>.csv` (COLUMNS), `<key>-search-spread.csv` (SPREAD_COLUMNS), a
-    figure per model (`<key>-<model>.png/.pdf`) and the notes `<key>.md` (and `.tex`)."""
+    """Per dataset: `<key>.csv` (COLUMNS), `<key>-search-spread.csv` (SPREAD_COLUMNS),
+    `<key>-budgets.csv` (`budget_rows`), a figure per model (`<key>-<model>.png/.pdf`) and the
+    notes `<key>.md` (and `.tex`)."""
     if not inputs:
         raise ConfigError("give at least one `fairbench tune` output directory")
     tuned = [load_tune_output(p) for p in inputs]
@@ -308,6 +320,7 @@ def outputs(inputs: list[Path]) -> Iterator[Output]:
         )
     missing = pd.concat([unreachable(t) for t in tuned], ignore_index=True)
     spread = pd.concat([search_spread(t) for t in tuned], ignore_index=True)
+    budgets = pd.concat([budget_rows(t) for t in tuned], ignore_index=True)
     plugins = {label: name for t in tuned for label, name in t.plugins.items()}
     order = {"by": ["model", "tau", "method", "epsilon"], "ascending": [True, False, True, True]}
     keys = sorted({key for t in tuned for key, _ in t.datasets.values()})
@@ -316,6 +329,7 @@ def outputs(inputs: list[Path]) -> Iterator[Output]:
         mine = rows[rows["dataset"] == key].sort_values(**order)
         yield Csv(f"{key}.csv", mine[COLUMNS])
         yield Csv(f"{key}-search-spread.csv", spread[spread["dataset"] == key].sort_values(**order))
+        yield Csv(f"{key}-budgets.csv", budgets[budgets["dataset"] == key])
         figures: list[str] = []
         for model, m in by_model(meta).items():
             gone = missing[(missing["dataset"] == key) & (missing["model"] == model)]
@@ -330,6 +344,7 @@ def outputs(inputs: list[Path]) -> Iterator[Output]:
                 mine,
                 missing[missing["dataset"] == key],
                 spread[spread["dataset"] == key],
+                budgets[budgets["dataset"] == key],
                 figures,
             ),
         )

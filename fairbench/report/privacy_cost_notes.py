@@ -1,7 +1,8 @@
 """The notes beside each `fig-privacy-cost` figure: the caption (tuning is not charged to
 the privacy budget), the plain verdict of issue 16 item 5 ("does privacy bite?": error at the
-smallest epsilon against the largest, beyond both confidence intervals), the methods that
-cannot reach a target, step-count imbalance, and the spread across searched configurations.
+smallest epsilon against the largest, beyond both confidence intervals), the budget
+sensitivity of each winner (report.budget_sensitivity), the methods that cannot reach a
+target, step-count imbalance, and the spread across searched configurations.
 
 Kept apart from privacy_cost (which reads tune outputs and computes the rows) so each module
 has one job; these functions take only the rows and tables it computed."""
@@ -14,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from fairbench.report.budget_sensitivity import budget_section
 from fairbench.report.document import Bullets, Document, Images, Table
 from fairbench.report.uncertainty_notes import satisfaction_section
 
@@ -271,6 +273,7 @@ def dataset_document(
     rows: pd.DataFrame,
     missing: pd.DataFrame,
     spread: pd.DataFrame,
+    budgets: pd.DataFrame,
     figures: list[str],
 ) -> Document:
     """The caption and notes beside one dataset's figures."""
@@ -294,6 +297,8 @@ def dataset_document(
     ends = {model: (m["low"], m["high"]) for model, m in by_model(meta).items()}
     doc.extend(_bites_section(rows, ends))
     doc.extend(satisfaction_section(rows, fmt_eps))
+    doc.extend(budget_section(budgets, fmt_eps, ["model"]))
+    doc.add(f"Table: `{key}-budgets.csv` (a row per verdict and budget).")
     doc.extend(_unreached_section(missing))
     doc.extend(_steps_section(rows))
     doc.extend(_spread_section(spread, f"{key}-search-spread.csv"))

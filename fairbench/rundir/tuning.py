@@ -76,6 +76,19 @@ class TuneLayout:
         return self.private / f"{dataset}-eps{epsilon:g}"
 
     @property
+    def budgets(self) -> Path:
+        """Budget sensitivity (`fairbench tune-budgets`): per smaller budget the table a tune
+        of that many draws would have written, and the final runs it needed that tune had not
+        made (`budget_final_run`)."""
+        return self.root / "budgets"
+
+    def budget_table(self, draws: int) -> Path:
+        return self.budgets / f"tuning-draws{draws}.json"
+
+    def budget_final_run(self, stem: str) -> Path:
+        return self.budgets / "final" / stem
+
+    @property
     def analysis(self) -> Path:
         """Private selection's per-method analysis (law, K per repeat, every candidate)."""
         return self.private / "selections.json"
@@ -125,18 +138,38 @@ _BOOLS = [f.name for f in fields(TuningRow) if f.type == "bool"]
 
 def write_table(layout: TuneLayout, rows: list[TuningRow]) -> None:
     """The table, atomically (a reader never sees half of it)."""
+    _write_rows(layout.table, rows)
+
+
+def write_budget_table(layout: TuneLayout, draws: int, rows: list[TuningRow]) -> None:
+    """The table a tune of `draws` draws would have written (`TuneLayout.budget_table`)."""
+    layout.budgets.mkdir(parents=True, exist_ok=True)
+    _write_rows(layout.budget_table(draws), rows)
+
+
+def _write_rows(path: Path, rows: list[TuningRow]) -> None:
     lines = [json.dumps(asdict(row)) for row in rows]
-    _replace(layout.table, "[\n" + ",\n".join(lines) + "\n]\n" if lines else "[]\n")
+    _replace(path, "[\n" + ",\n".join(lines) + "\n]\n" if lines else "[]\n")
 
 
 def read_table(layout: TuneLayout) -> pd.DataFrame:
     """The table as a frame with COLUMNS (missing numbers NaN); one clear error when the
     output has none yet or it is not one."""
-    path = layout.table
-    if not path.is_file():
+    if not layout.table.is_file():
         raise ConfigError(
-            f"{layout.root} has no {path.name} yet: let `fairbench tune` finish first"
+            f"{layout.root} has no {layout.table.name} yet: let `fairbench tune` finish first"
         )
+    return _read_rows(layout.table)
+
+
+def read_budget_table(layout: TuneLayout, draws: int) -> pd.DataFrame | None:
+    """The budget table of `draws` draws (read as `read_table`); None where
+    `fairbench tune-budgets` has not written it."""
+    path = layout.budget_table(draws)
+    return _read_rows(path) if path.is_file() else None
+
+
+def _read_rows(path: Path) -> pd.DataFrame:
     try:
         records = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -13,6 +13,7 @@ from scipy import stats
 
 from fairbench.errors import ConfigError
 from fairbench.figures import build
+from fairbench.report.budget_sensitivity import COLUMNS as BUDGET_COLUMNS
 from fairbench.report.privacy_cost import COLUMNS, SPREAD_COLUMNS
 from fairbench.report.privacy_cost_notes import privacy_bites
 from fairbench.rundir.tuning import TuneLayout, read_table
@@ -303,7 +304,8 @@ def test_a_private_accuracy_reference_is_marked_in_the_notes_and_dashed_in_the_p
     ]
     empty = pd.DataFrame(columns=["model", "tau", "method", "epsilon", "infeasible"])
     spread = pd.DataFrame(columns=["tau", "model", "method", "epsilon"])
-    note = dataset_document("k", meta, rows, empty, spread, []).markdown()
+    budgets = pd.DataFrame(columns=["model", *BUDGET_COLUMNS])
+    note = dataset_document("k", meta, rows, empty, spread, budgets, []).markdown()
     assert "| 0.05 | dp-sgd (no constraint) | 0.2500 | 0.1500 |" in note
     assert "| 0.05 | cgoo | 0.3000 | — |" in note
     # the verdict table: 0.1 - 0.04 > 1.96 * sqrt(2) * 0.01, the error as validated
