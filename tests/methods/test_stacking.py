@@ -13,7 +13,7 @@ from fairbench.methods.trial import Trial
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.session import PrivacySession, canonical
 from fairbench.runner.stacking import work_units
-from fairbench.runner.trial import TrialSpec, run_stack, run_trial
+from fairbench.runner.trial import TrialSpec, run_stack, run_trial, stack_key
 
 FAST = {"epochs": 1, "steps": 5, "max_iter": 3, "iterations": 3, "T": 3}
 KNOBS = {
@@ -167,7 +167,7 @@ def test_work_units_stack_only_what_may_share_a_program():
     stacks = [u for u in units if len(u) > 1]
     assert [len(u) for u in stacks] == [6, 6, 2]
     assert [u[0].epsilon for u in stacks] == [3.0, 1.0, 1.0]  # larger epsilon first
-    assert all(len({s.stack_key for s in u}) == 1 for u in stacks)
+    assert all(len({stack_key(s) for s in u}) == 1 for u in stacks)
     assert [u[0].method for u in stacks] == ["raco-dp", "raco-dp", "cgoo"]  # the mlp: alone
     assert [len(u) for u in work_units(specs[:12], max_stack=4)] == [3, 3, 3, 3]
 
@@ -189,7 +189,7 @@ def test_the_runner_stores_a_stack_as_the_trials_alone():
         assert row.epsilon_spent == alone.epsilon_spent
         assert row.test["error"] == pytest.approx(alone.test["error"], abs=2e-3)
         assert row.wall_seconds > 0
-    with pytest.raises(ValueError, match="differ only in seed and knob"):
+    with pytest.raises(ValueError, match="differ only in seed, knob and"):
         run_stack([specs[0], spec("raco-dp", 0, 0.05, 3.0, epochs=1, calibrate="noise")])
 
 
