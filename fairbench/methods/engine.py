@@ -367,7 +367,7 @@ def fit_stacks(methods: list[Method], trials: list[Trial]) -> list[Fitted]:
         else:
             run_rounds(stack, program)
         outcomes = program.outcomes() if program.outcomes else [Outcome() for _ in members]
-        models = program.models or [None] * len(members)  # a fit of its own names its model
+        models: list[Any] = program.models or [None] * len(members)  # a fit of its own: None
         for i, trial, plan, model, outcome in zip(
             members, stack.trials, stack.plans, models, outcomes, strict=True
         ):

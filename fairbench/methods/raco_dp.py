@@ -165,7 +165,11 @@ def truncated(round_: StackedBatches, size: int | list[int]) -> StackedBatches:
         device = round_.index.device
         keep = torch.arange(width, device=device) < torch.tensor(sizes_t, device=device)[:, None]
         mask = keep if mask is None else mask & keep
-    sizes = None if round_.sizes is None else [min(b, s) for b, s in zip(round_.sizes, sizes_t)]
+    sizes = (
+        None
+        if round_.sizes is None
+        else [min(b, s) for b, s in zip(round_.sizes, sizes_t, strict=True)]
+    )
     return replace(round_, index=round_.index[:, :width], mask=mask, sizes=sizes)
 
 
@@ -402,8 +406,8 @@ class SGDA(Method):
         models = init_models(hp, trials)
         model_stack = stack_models(models)
         histograms = [
-            t.session.laplace_histogram(HISTOGRAM, m.laplace_scale())
-            for t, m in zip(trials, stack.methods, strict=True)
+            t.session.laplace_histogram(HISTOGRAM, p.info["laplace_scale"])
+            for t, p in zip(trials, stack.plans, strict=True)
         ]
         gradient_sums = [
             t.session.gaussian_sum(GRADIENT, h.clip_norm, p.loop.noise_multiplier)
@@ -487,15 +491,13 @@ class SGDA(Method):
         histogram's scale, then held for every step as the authors' code does with its first
         batch (compute_denominator.py)."""
         counts = []
-        for t, (trial, method, plan) in enumerate(
-            zip(stack.trials, stack.methods, stack.plans, strict=True)
-        ):
+        for t, (trial, plan) in enumerate(zip(stack.trials, stack.plans, strict=True)):
             session, rate = trial.session, plan.loop.sampling_rate
             draw = poisson_batches(data.n, rate, session.stream("denominators"), session.device)
             batch = session.numbered(draw(), rate)
             parts = data.trial_rows(part, t)[batch.indices]
             ones = torch.ones((len(parts), 1), device=session.device)
-            release = session.laplace_histogram(DENOMINATORS, method.laplace_scale())
+            release = session.laplace_histogram(DENOMINATORS, plan.info["laplace_scale"])
             counts.append(release(ones, parts, n_parts, batch))
         return rates.sizes(torch.stack(counts), self.hparams.min_count)
 

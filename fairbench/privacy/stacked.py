@@ -125,7 +125,9 @@ def gaussian_sums(mechanisms: list, contributions, batches: list[Batch]) -> list
     if not plain:
         per_trial_sums = [m(contributions.trial(t), batches[t]) for t, m in enumerate(mechanisms)]
         return [torch.stack(parts) for parts in zip(*per_trial_sums, strict=True)]
-    like = contributions.a if isinstance(contributions, StackedOuterProducts) else contributions.rows
+    like = (
+        contributions.a if isinstance(contributions, StackedOuterProducts) else contributions.rows
+    )
     exact = clipped_sum(contributions, per_trial([m.clip for m in mechanisms], like))
     sources = [m.record(b, exact[0].device) for m, b in zip(mechanisms, batches, strict=True)]
     if sources[0] is None:  # non-private trials: exact sums

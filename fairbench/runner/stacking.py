@@ -1,15 +1,17 @@
-"""Which trials train together: trials that differ only in seed, knob value, label and the
-hyper-parameters their method declares `mixed` (a tune's draws of one method at one
+"""Which trials train together: trials that differ only in seed, knob value and the
+hyper-parameters their method declares `mixed` (a tune's draws of one method entry at one
 epsilon), of a method that stacks (`Method.stackable`), run as one stacked program
 (`runner.trial.stack_key`, `runner.trial.run_stack`).
 
 A trial's numbers depend on its stack-mates within float32 reduction order (padding and
 batched matrix products sum in another order), so stacks are a function of the config alone:
-every trial of the config, grouped, sorted by (seed, knob, hyper-parameters) and cut into
-balanced pieces of at
-most `MAX_STACK` (bounded so that a stack's training sets, one per seed, fit in memory). The
-worker count, a resume, or the executor never change them, so a run gives the same numbers
-however it is run. Units are ordered larger epsilon first (a method calibrated by its step
+every trial of the config, grouped, sorted by (seed, knob, label, hyper-parameters) and cut
+into balanced pieces of at most `MAX_STACK` (bounded so that a stack's training sets, one
+per seed, fit in memory). A trial whose plan its method refuses (a draw that cannot be
+calibrated at its epsilon) fails alone and the rest of its stack still runs as one
+(`runner.worker.run_unit`), which again depends on the specs alone. The worker count, a
+resume, or the executor never change them, so a run gives the same numbers however it is
+run. Units are ordered larger epsilon first (a method calibrated by its step
 count runs more steps there), then largest first, so that long units start early. Every
 other trial is a unit of its own.
 """
@@ -36,8 +38,8 @@ def work_units(specs: list[TrialSpec], max_stack: int = MAX_STACK) -> list[list[
             key=lambda s: (
                 s.seed,
                 -math.inf if s.knob is None else s.knob,
-                json.dumps(s.hparams, sort_keys=True, default=str),
                 s.label,
+                json.dumps(s.hparams, sort_keys=True, default=str),
             )
         )
         size = math.ceil(len(members) / math.ceil(len(members) / max_stack))

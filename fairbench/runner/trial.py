@@ -86,13 +86,16 @@ def _mixed(method: str, hparams_json: str) -> frozenset[str] | None:
 
 
 def stack_key(spec: TrialSpec) -> str | None:
-    """What the trials of one stack (`run_stack`) share: the spec but its seed, knob, label
-    and the hyper-parameters its method declares `mixed` (`Method.mixed`); None for a trial
-    that trains alone (its method does not stack)."""
+    """What the trials of one stack (`run_stack`) share: the spec but its seed, knob, the
+    hyper-parameters its method declares `mixed` (`Method.mixed`) and the draw number of its
+    label (a tune's draws of one entry are `label#i`: they stack; another entry, such as one
+    joining a tune later, never joins their stacks); None for a trial that trains alone (its
+    method does not stack)."""
     mixed = _mixed(spec.method, json.dumps(spec.hparams, sort_keys=True))
     if mixed is None:
         return None
-    shared = {k: v for k, v in asdict(spec).items() if k not in ("seed", "knob", "label")}
+    shared = {k: v for k, v in asdict(spec).items() if k not in ("seed", "knob")}
+    shared["label"] = spec.label.rsplit("#", 1)[0]
     shared["hparams"] = {k: v for k, v in spec.hparams.items() if k not in mixed}
     return json.dumps(shared, sort_keys=True, default=str)
 
@@ -254,7 +257,7 @@ def run_trial(spec: TrialSpec) -> TrialRow:
 
 
 def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
-    """Fit trials of one stack (`stack_key`: they differ only in seed, knob, label and their
+    """Fit trials of one stack (`stack_key`: they differ only in seed, knob, draw and their
     method's `mixed` hyper-parameters) as one stacked program where the method stacks (else
     one after another), then account and evaluate each.
 

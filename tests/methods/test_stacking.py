@@ -3,6 +3,8 @@ trial the result it gets alone, with its own ledger, and the runner groups them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -262,3 +264,136 @@ def test_padding_rows_of_a_device_batch_contribute_nothing_through_one_model(tas
     torch.nn.functional.cross_entropy(model(data.x[real]), data.y[real], reduction="sum").backward()
     for got, want in zip(summed, [p.grad for p in model.parameters()], strict=True):
         assert torch.allclose(got[0], want, atol=1e-5)
+
+
+# draws of a tune: one stack, each trial its own step size, batch size (so rate and rounds),
+# epochs, clip, noise and knob; on 384 training rows the longest runs 24 rounds, the shortest 3
+MIXED = {
+    "dp-sgd": [
+        {"lr": 0.5, "batch_size": 32, "epochs": 2},
+        {"lr": 2.0, "batch_size": 128, "epochs": 1, "clip_norm": 0.5},
+        {"lr": 1.0, "batch_size": 64, "epochs": 3},
+    ],
+    "raco-dp": [
+        {"lr": 0.5, "batch_size": 32, "epochs": 2, "laplace_scale": 5.0},
+        {"lr": 0.1, "batch_size": 128, "epochs": 1, "lr_dual": 0.5, "clip_norm": 1.0},
+        {"lr": 1.0, "batch_size": 64, "epochs": 3, "laplace_scale": 20.0, "lambda_max": 0.5},
+    ],
+    "sgda": [
+        {"lr": 0.5, "batch_size": 32, "epochs": 2},
+        {"lr": 0.1, "batch_size": 128, "epochs": 1, "lr_dual": 0.5},
+    ],
+}
+MIXED_SHARED = {"raco-dp": {"calibrate": "noise"}}
+
+
+def mixed_trials(name: str, tasks) -> tuple[list, list[Trial]]:
+    """Each draw of MIXED on both seeds, knob values alternating: (methods, trials)."""
+    cls = method_class(name)
+    budget = PrivacyBudget(1.0) if cls.private else None
+    methods, trials = [], []
+    for i, hparams in enumerate(MIXED[name]):
+        for seed in (0, 1):
+            methods.append(get_method(name, **MIXED_SHARED.get(name, {}), **hparams))
+            knob = None if cls.knob is None else KNOBS[name][(i + seed) % 2]
+            fairness = FairnessSpec("demographic_parity", knob)
+            trials.append(Trial(tasks[seed], fairness, PrivacySession(seed, budget=budget)))
+    return methods, trials
+
+
+@pytest.mark.parametrize("name", sorted(MIXED))
+def test_a_stack_of_several_configurations_gives_every_trial_its_result_alone(
+    name, tasks, monkeypatch
+):
+    """One program for every draw (different lr, batch size, epochs: different round
+    counts, clip, noise, knob): each trial's ledger is its own alone, its parameters and
+    multipliers are its own within float32 reduction order."""
+    methods, trials = mixed_trials(name, tasks)
+    programs = []
+    stack_program = type(methods[0]).stack_program
+
+    def spy(self, stack):
+        programs.append(len(stack.trials))
+        return stack_program(self, stack)
+
+    monkeypatch.setattr(type(methods[0]), "stack_program", spy)
+    stacked = methods[0].fit_stack(trials, methods)
+    assert programs == [len(trials)]
+    steps = sorted({f.budget.steps for f in stacked})
+    assert len(steps) == len(MIXED[name]) and steps[-1] >= 8 * steps[0]
+    _, fresh = mixed_trials(name, tasks)
+    for s, method, trial in zip(stacked, methods, fresh, strict=True):
+        a = method.fit_stack([trial])[0]
+        lam = s.info.pop("lambda", 0.0)
+        np.testing.assert_allclose(lam, a.info.pop("lambda", 0.0), atol=1e-5, rtol=0)
+        assert s.budget == a.budget and s.info == a.info
+        assert canonical(s.ledger) == canonical(a.ledger) and s.plan == a.plan
+        for p, q in zip(parameters(s), parameters(a), strict=True):
+            assert float((p - q).abs().max()) <= 1e-5
+
+
+def test_a_stack_of_several_configurations_draws_each_trial_its_own_batches(tasks):
+    """Each row of a round at its own rate is the batch its generator draws alone."""
+    from fairbench.privacy.sampling import poisson_batches, stacked_poisson_batches
+    from fairbench.streams import torch_stream
+
+    rates = [0.05, 0.2, 0.01]
+    cpu = torch.device("cpu")
+    draw = stacked_poisson_batches(600, rates, [torch_stream(s, "x", cpu) for s in range(3)], cpu)
+    alone = [poisson_batches(600, r, torch_stream(s, "x", cpu), cpu) for s, r in enumerate(rates)]
+    for _ in range(5):
+        index, mask, sizes = draw()
+        assert mask is not None and sizes is not None
+        for t, single in enumerate(alone):
+            assert torch.equal(index[t, : sizes[t]], single())
+            assert int(mask[t].sum()) == sizes[t]
+
+
+def draw(i: int, seed: int, knob: float, epsilon: float = 1.0, **hparams) -> TrialSpec:
+    """A tune's draw i of raco-dp (label `raco-dp#i`)."""
+    drawn = spec("raco-dp", seed, knob, epsilon, calibrate="noise", **hparams)
+    return dataclasses.replace(drawn, label=f"raco-dp#{i}")
+
+
+def test_the_runner_stacks_a_tunes_draws_and_stores_each_as_alone():
+    draws = [
+        {"lr": 0.5, "batch_size": 32, "epochs": 1},
+        {"lr": 0.2, "batch_size": 128, "epochs": 2, "laplace_scale": 20.0},
+    ]
+    specs = [draw(i, s, k, **d) for i, d in enumerate(draws) for s in (0, 1) for k in (0.05, 0.1)]
+    others = [
+        dataclasses.replace(draw(0, 0, 0.05, epochs=1), label="raco-dp-b#0"),  # another entry
+        dataclasses.replace(draw(0, 0, 0.05, epochs=1), hparams={"epochs": 1}),  # calibrate
+        draw(0, 0, 0.05, 3.0, epochs=1),  # another epsilon
+        spec("dp-sgd", 0, None, 1.0, model="mlp", lr=0.5),  # does not stack
+        spec("dp-sgd", 0, None, 1.0, model="mlp", lr=2.0),
+    ]
+    units = work_units(specs + others)
+    assert sorted(len(u) for u in units) == [1, 1, 1, 1, 1, 8]
+    (stack,) = [u for u in units if len(u) == 8]
+    assert [(s.seed, s.knob, s.label) for s in stack] == [
+        (s, k, f"raco-dp#{i}") for s in (0, 1) for k in (0.05, 0.1) for i in range(2)
+    ]
+    rows = run_stack(stack)
+    for s, row in zip(stack, rows, strict=True):
+        alone = run_trial(s)
+        assert row.trial_id == alone.trial_id and row.ledger == alone.ledger
+        assert row.epsilon_spent == alone.epsilon_spent
+        assert row.test["error"] == pytest.approx(alone.test["error"], abs=2e-3)
+
+
+def test_a_draw_that_cannot_be_planned_fails_alone_and_the_others_still_stack(monkeypatch):
+    from fairbench.runner import worker
+
+    stacks = []
+    real = worker.run_stack
+    monkeypatch.setattr(worker, "run_stack", lambda specs: stacks.append(len(specs)) or real(specs))
+    unit = [
+        draw(i, 0, 0.05, 0.1, epochs=1, laplace_scale=scale)
+        for i, scale in enumerate((1.0, 50.0, 100.0))
+    ]
+    results = worker.run_unit(unit)
+    assert stacks == [2]
+    errors = {s.label: error for s, _, error in results}
+    assert errors["raco-dp#0"].startswith("CalibrationError: ")
+    assert errors["raco-dp#1"] is None and errors["raco-dp#2"] is None
