@@ -277,13 +277,12 @@ def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
     began = time.perf_counter()
     tasks = [load_task(spec) for spec in specs]
     loaded = time.perf_counter()
-    configured: dict[str, Method] = {}
-    methods = [
-        configured.setdefault(
-            json.dumps(s.hparams, sort_keys=True), get_method(s.method, **s.hparams)
-        )
-        for s in specs
-    ]
+    configured: dict[str, Method] = {}  # one method per configuration
+    for s in specs:
+        key = json.dumps(s.hparams, sort_keys=True)
+        if key not in configured:
+            configured[key] = get_method(s.method, **s.hparams)
+    methods = [configured[json.dumps(s.hparams, sort_keys=True)] for s in specs]
     budgets = [PrivacyBudget(s.epsilon, s.delta) if s.epsilon is not None else None for s in specs]
     trials = [
         Trial(

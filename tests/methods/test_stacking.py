@@ -283,6 +283,11 @@ MIXED = {
         {"lr": 0.5, "batch_size": 32, "epochs": 2},
         {"lr": 0.1, "batch_size": 128, "epochs": 1, "lr_dual": 0.5},
     ],
+    "cgoo": [  # 3 iterations of 12 steps, 6 of 1, 3 of 3
+        {"lr": 0.5, "batch_size": 32, "epochs": 1, "iterations": 3},
+        {"lr": 2.0, "batch_size": 128, "epochs": 0.25, "iterations": 6, "lr_dual": 0.5},
+        {"lr": 1.0, "batch_size": 64, "epochs": 0.5, "iterations": 3, "clip_norm": 0.5},
+    ],
 }
 MIXED_SHARED = {"raco-dp": {"calibrate": "noise"}}
 
@@ -320,13 +325,18 @@ def test_a_stack_of_several_configurations_gives_every_trial_its_result_alone(
     stacked = methods[0].fit_stack(trials, methods)
     assert programs == [len(trials)]
     steps = sorted({f.budget.steps for f in stacked})
-    assert len(steps) == len(MIXED[name]) and steps[-1] >= 8 * steps[0]
+    assert len(steps) == len(MIXED[name]) and steps[-1] >= 6 * steps[0]
     _, fresh = mixed_trials(name, tasks)
     for s, method, trial in zip(stacked, methods, fresh, strict=True):
         a = method.fit_stack([trial])[0]
-        lam = s.info.pop("lambda", 0.0)
-        np.testing.assert_allclose(lam, a.info.pop("lambda", 0.0), atol=1e-5, rtol=0)
-        assert s.budget == a.budget and s.info == a.info
+        assert s.budget == a.budget and s.info.keys() == a.info.keys()
+        for key, value in a.info.items():
+            if key == "trace":  # of noisy statistics of the predictions: one may flip
+                assert len(s.info[key]) == len(value)
+            elif key in ("lambda", "G"):
+                np.testing.assert_allclose(s.info[key], value, atol=1e-5, rtol=0)
+            else:
+                assert s.info[key] == value
         assert canonical(s.ledger) == canonical(a.ledger) and s.plan == a.plan
         for p, q in zip(parameters(s), parameters(a), strict=True):
             assert float((p - q).abs().max()) <= 1e-5
