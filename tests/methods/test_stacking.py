@@ -343,20 +343,30 @@ def test_a_stack_of_several_configurations_gives_every_trial_its_result_alone(
 
 
 def test_a_stack_of_several_configurations_draws_each_trial_its_own_batches(tasks):
-    """Each row of a round at its own rate is the batch its generator draws alone."""
+    """Each row of a round at its own rate is the batch its generator draws alone, on the
+    host and on a device's sync-free path (rows as wide as the longest chunk, masked)."""
     from fairbench.privacy.sampling import poisson_batches, stacked_poisson_batches
+    from fairbench.privacy.sync import device_paths
     from fairbench.streams import torch_stream
 
-    rates = [0.05, 0.2, 0.01]
-    cpu = torch.device("cpu")
-    draw = stacked_poisson_batches(600, rates, [torch_stream(s, "x", cpu) for s in range(3)], cpu)
-    alone = [poisson_batches(600, r, torch_stream(s, "x", cpu), cpu) for s, r in enumerate(rates)]
+    rates, cpu = [0.05, 0.2, 0.01], torch.device("cpu")
+
+    def streams():
+        return [torch_stream(s, "x", cpu) for s in range(3)]
+
+    draw = stacked_poisson_batches(600, rates, streams(), cpu)
+    with device_paths():
+        on_device = stacked_poisson_batches(600, rates, streams(), cpu)
+    alone = [poisson_batches(600, r, g, cpu) for r, g in zip(rates, streams(), strict=True)]
     for _ in range(5):
         index, mask, sizes = draw()
-        assert mask is not None and sizes is not None
+        with device_paths():
+            wide, inside, unread = on_device()
+        assert mask is not None and sizes is not None and unread is None
         for t, single in enumerate(alone):
-            assert torch.equal(index[t, : sizes[t]], single())
-            assert int(mask[t].sum()) == sizes[t]
+            batch = single()
+            assert torch.equal(index[t, : sizes[t]], batch) and int(mask[t].sum()) == sizes[t]
+            assert torch.equal(wide[t][inside[t]], batch)
 
 
 def draw(i: int, seed: int, knob: float, epsilon: float = 1.0, **hparams) -> TrialSpec:
