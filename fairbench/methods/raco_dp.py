@@ -157,9 +157,9 @@ def truncated(round_: StackedBatches, size: int | list[int]) -> StackedBatches:
     authors' boolean selection; `size` one for all, or each trial's own); the rows beyond are
     never read (sliced off, or masked where another trial keeps more)."""
     sizes_t = [size] * len(round_.batches) if isinstance(size, int) else size
-    width = max(sizes_t)
     if round_.index.shape[-1] <= min(sizes_t):
         return round_
+    width = min(round_.index.shape[-1], max(sizes_t))
     mask = None if round_.mask is None else round_.mask[:, :width]
     if min(sizes_t) < width:
         device = round_.index.device
@@ -193,11 +193,16 @@ def outside_coefficients(
 
 
 def padding_sum(
-    bias: torch.Tensor, coef: torch.Tensor, temperature: float, clip: float, count: torch.Tensor
+    bias: torch.Tensor,
+    coef: torch.Tensor,
+    temperature: float,
+    clip: float | torch.Tensor,
+    count: torch.Tensor,
 ) -> torch.Tensor:
     """The bias gradient the authors' `count` unmasked padding rows add to the clipped sum (T, K):
     a zero row's logits are the bias b and its cross-entropy is 0 (no label), so each adds
-    the gradient of sum_k coef_k sigma_tau(b)_k, clipped at `clip` like any record."""
+    the gradient of sum_k coef_k sigma_tau(b)_k, clipped at `clip` (one, or each trial's
+    (T, 1)) like any record."""
     soft = class_softmax(temperature * bias)
     grad = temperature * soft * (coef - (coef * soft).sum(dim=-1, keepdim=True))
     clipped = grad * clip_factors(grad.norm(dim=-1, keepdim=True), clip)
@@ -420,6 +425,7 @@ class SGDA(Method):
         scale = PerTrial(scales, dev)
         step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
         lr_dual, cap = stack.values(lambda h, p: h.lr_dual), stack.values(lambda h, p: h.lambda_max)
+        clip = stack.values(lambda h, p: h.clip_norm)
         frozen = None
         if hp.denominators == "frozen":
             frozen = self._frozen_sizes(stack, data, part, n_parts, rates)
@@ -450,7 +456,7 @@ class SGDA(Method):
                 outside = outside_coefficients(rates, multipliers, sizes) * scale.at(k, 1)
                 count = torch.tensor(pads[:k], device=dev) - real_rows(rows)
                 bias = padding_sum(
-                    model_stack.bias[:k], outside, hp.temperature, hp.clip_norm, count
+                    model_stack.bias[:k], outside, hp.temperature, clip.at(k, 1), count
                 )
                 sums = [sums[0], sums[1] + bias]
             model_stack.descend(sums, step_size.at(k))
