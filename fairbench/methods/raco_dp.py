@@ -156,7 +156,7 @@ def truncated(round_: StackedBatches, size: int | list[int]) -> StackedBatches:
     """`batches: padded`: each batch cut to its first `size` records (by index, the order of the
     authors' boolean selection; `size` one for all, or each trial's own); the rows beyond are
     never read (sliced off, or masked where another trial keeps more)."""
-    sizes_t = [size] * len(round_.batches) if isinstance(size, int) else size
+    sizes_t = [size] * round_.index.shape[0] if isinstance(size, int) else size
     if round_.index.shape[-1] <= min(sizes_t):
         return round_
     width = min(round_.index.shape[-1], max(sizes_t))
