@@ -35,7 +35,6 @@ from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
 from fairbench.models.grad_sample import PerSampleGradients
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier
 from fairbench.privacy.accountant import StepShape
-from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.stacked import StackedBatches
 
 COUNTS, GRADIENT = "reweighing: (group, label) counts", "reweighed dp-sgd: clipped gradient sum"
@@ -84,9 +83,7 @@ class ReweighedDPSGD(Method):
         steps = max(1, round(hp.epochs / q))
         sigma = calibrate_noise_multiplier(q, steps, eps, delta, None, StepShape(extra=counts))
         schedule = Schedule(q, steps, sigma, "noise_multiplier")
-        ledger = PrivacyLedger()
-        ledger.record(GRADIENT, sgd_steps(q, sigma, steps))
-        ledger.record(COUNTS, counts)
+        ledger = PrivacyLedger.of((GRADIENT, schedule.rounds_event()), (COUNTS, counts))
         return Plan(ledger, schedule, budget=schedule.budget(counts=share), info=schedule.info())
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:

@@ -41,6 +41,7 @@ class MethodCard:
     models: list[str]
     reconstructed: str | None
     sensitive_at_test: bool
+    target_metric: str | None = None
     hyperparameters: list[FieldRow] = field(default_factory=list)
 
 
@@ -61,6 +62,7 @@ def describe_method(cls: type[Method]) -> MethodCard:
         models=_choices(hparams, "model") or ["linear"],
         reconstructed=cls.reconstructed,
         sensitive_at_test=cls.sensitive_at_test,
+        target_metric=getattr(cls, "target_metric", None),
         hyperparameters=field_rows(hparams),
     )
 

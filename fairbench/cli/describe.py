@@ -45,7 +45,9 @@ def _lines(pairs: list[tuple[str, str]]) -> None:
 def _print_method(card: MethodCard) -> None:
     console.print(f"{card.name}: {card.description}", highlight=False, markup=False, soft_wrap=True)
     knob = card.knob
-    if knob is None:
+    if knob is None and card.target_metric:
+        knob_text = "none (trains for its target metric, below, with nothing to tune)"
+    elif knob is None:
         knob_text = "none (trains for no fairness constraint)"
     elif knob.range is None:
         knob_text = knob.name
@@ -77,6 +79,7 @@ def _print_method(card: MethodCard) -> None:
                 "reconstructed",
                 card.reconstructed or "no (implemented from a complete specification)",
             ),
+            *([("target metric", card.target_metric)] if card.target_metric else []),
         ]
     )
     _print_fields(

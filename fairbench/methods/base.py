@@ -67,6 +67,9 @@ class Method(ABC):
     # True: predictions read each record's sensitive attribute (a group-aware post-processor);
     # every row, table and plot marks such a method, never compared silently with the others
     sensitive_at_test: ClassVar[bool] = False
+    # the reported metric that measures what a method without a knob targets (e.g. the group
+    # accuracy cost of privacy), named as reports write it; None: its knob's constraint, or none
+    target_metric: ClassVar[str | None] = None
     # the citation: authors, year, title, venue; a plain baseline says what it is instead.
     # `fairbench describe` shows it; "" only for a third-party plugin that declares none
     paper: ClassVar[str] = ""

@@ -230,7 +230,8 @@ def exact_sums(contributions) -> list[torch.Tensor]:
 class Outcome:
     """What a program reports for one trial once its loop is done: row info of its own (its
     final dual variables, say), and the predictor when it is not the trial's model alone (a
-    mixture's `components` and `weights`, a `derived` post-processor's table), or a notion or
+    mixture's `components` and `weights`, a `derived` post-processor's table and, where the
+    base is decoupled, its `group_models`), or a notion or
     accounting the method qualifies."""
 
     info: dict[str, Any] = field(default_factory=dict)
@@ -238,6 +239,7 @@ class Outcome:
     components: list[nn.Module] = field(default_factory=list)
     weights: list[float] | None = None
     derived: np.ndarray | None = None
+    group_models: list[nn.Module] = field(default_factory=list)
     privacy_notion: str | None = None
     target_accounting: str = "suite"
     budget: TrainingBudget | None = (
@@ -381,6 +383,7 @@ def fit_stacks(methods: list[Method], trials: list[Trial]) -> list[Fitted]:
                 weights=outcome.weights,
                 budget=outcome.budget if outcome.budget is not None else plan.budget,
                 derived=outcome.derived,
+                group_models=outcome.group_models,
             )
     return fits  # type: ignore[return-value]  # each trial is in one group: none is left None
 
@@ -422,14 +425,27 @@ def one_step(
     method: Method, task: Task, privacy: PrivacyBudget | None, seed: int, device: Device = "cpu"
 ) -> Callable[[], None]:
     """`fairbench bench`'s view of a one-trial program: each call runs one round of exactly the
-    code `fit` runs, on the method's typical knob."""
-    session = PrivacySession(seed, resolve_device(device), privacy if method.private else None)
+    code `fit` runs, on the method's typical knob. When the plan's rounds are used up, the next
+    call starts a fresh trial (a new session and program), so a bench may run any number of
+    steps without a session drawing beyond its plan."""
     knob = None if method.knob is None else method.knob.typical
-    trial = Trial(task, FairnessSpec("demographic_parity", knob), session)
-    plan = method.plan(DataShape.of(task), session.budget, trial.fairness, seed)
-    session.submit_plan(plan.ledger, method.guarantee())
-    program = method.program([trial], plan)
-    next_round = rounds([session], len(task.train) if program.n is None else program.n, plan)
-    step = program.step
-    assert step is not None
-    return lambda: step(next_round())
+    left, step, next_round = 0, None, None
+
+    def start() -> tuple[int, Callable[[StackedBatches], None], Callable[[], StackedBatches]]:
+        session = PrivacySession(seed, resolve_device(device), privacy if method.private else None)
+        trial = Trial(task, FairnessSpec("demographic_parity", knob), session)
+        plan = method.plan(DataShape.of(task), session.budget, trial.fairness, seed)
+        session.submit_plan(plan.ledger, method.guarantee())
+        program = method.program([trial], plan)
+        assert program.step is not None
+        n = len(task.train) if program.n is None else program.n
+        return plan.loop_rounds, program.step, rounds([session], n, plan)
+
+    def one() -> None:
+        nonlocal left, step, next_round
+        if left == 0:
+            left, step, next_round = start()
+        left -= 1
+        step(next_round())  # type: ignore[misc]  # set by start()
+
+    return one

@@ -87,11 +87,15 @@ class Schedule:
         )
 
     def rounds_event(
-        self, laplace_scale: float | None = None, gaussians: int = 1, substitution: bool = False
+        self,
+        laplace_scale: float | None = None,
+        gaussians: int = 1,
+        substitution: bool = False,
+        count_noise: float | None = None,
     ) -> dp_event.DpEvent:
         """The loop's releases: each of the `steps` rounds, `gaussians` Gaussian sums at the
-        noise multiplier (and a Laplace histogram, if `laplace_scale`) on one Poisson batch
-        (`fairbench.privacy.events.sgd_steps`)."""
+        noise multiplier (and a Laplace histogram, if `laplace_scale`; a Gaussian count vector,
+        if `count_noise`) on one Poisson batch (`fairbench.privacy.events.sgd_steps`)."""
         return sgd_steps(
             self.sampling_rate,
             self.noise_multiplier,
@@ -99,6 +103,7 @@ class Schedule:
             laplace_scale,
             gaussians,
             substitution,
+            count_noise,
         )
 
     def info(self) -> dict[str, float | int]:

@@ -137,6 +137,9 @@ class Fitted:
     # a group-aware derived predictor (Hardt et al. 2016): P(output 1 | model's hard
     # prediction, group), shape (2, groups); set, predictions read the sensitive attribute
     derived: np.ndarray | None = None
+    # decoupled base classifiers, one per group: a record's base prediction is its group's
+    # model's (set only with `derived`, which reads the group anyway); `model` is group 0's
+    group_models: list[nn.Module] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.weights is not None:
@@ -149,6 +152,10 @@ class Fitted:
                 raise ValueError("derived predictor: P(1 | prediction, group) of shape (2, groups)")
             if self.components:
                 raise ValueError("a derived predictor post-processes one model, not a mixture")
+            if self.group_models and len(self.group_models) != table.shape[1]:
+                raise ValueError("decoupled base classifiers: one model per group")
+        elif self.group_models:
+            raise ValueError("decoupled base classifiers are post-processed (`derived`)")
 
     @property
     def randomized(self) -> bool:
@@ -181,8 +188,11 @@ class Fitted:
         if self.derived is not None:
             if s is None:
                 raise ValueError("this classifier reads the sensitive attribute: pass s")
+            s = np.asarray(s)
             base = self._softmax(self.model, X).argmax(axis=1)
-            one = np.asarray(self.derived, dtype=np.float64)[base, np.asarray(s)]
+            for g, model in enumerate(self.group_models):  # decoupled: its group's model
+                base[s == g] = self._softmax(model, X[s == g]).argmax(axis=1)
+            one = np.asarray(self.derived, dtype=np.float64)[base, s]
             return np.stack([1 - one, one], axis=1)
         if not self.randomized:
             return self._softmax(self.model, X)

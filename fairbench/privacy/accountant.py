@@ -55,7 +55,9 @@ def _sgd_epsilon(
     interval: float,
     shape: StepShape,
 ) -> float:
-    event = events.sgd_steps(q, sigma, steps, laplace, shape.gaussians, shape.substitution)
+    event = events.sgd_steps(
+        q, sigma, steps, laplace, shape.gaussians, shape.substitution, shape.count_noise
+    )
     if shape.extra is not None:
         event = dp_event.ComposedDpEvent([event, shape.extra])
     return epsilon(event, delta, _interval=interval)
@@ -64,12 +66,15 @@ def _sgd_epsilon(
 @dataclass(frozen=True)
 class StepShape:
     """What a calibrated schedule releases besides its Gaussian sums: how many Gaussian sums
-    share each batch, whether neighbours are sensitive-attribute substitutions, and one fixed
-    event run once (e.g. private group counts) that the budget must also cover."""
+    share each batch, whether neighbours are sensitive-attribute substitutions, the noise
+    multiplier of a Gaussian count vector (l2 sensitivity 1) released on every batch beside
+    them (`count_noise`, fixed: calibration solves the sums' noise), and one fixed event run
+    once (e.g. private group counts) that the budget must also cover."""
 
     gaussians: int = 1
     substitution: bool = False
     extra: dp_event.DpEvent | None = None
+    count_noise: float | None = None
 
 
 PLAIN = StepShape()
@@ -198,6 +203,14 @@ def calibrate_noise_multiplier(
                 f"the Laplace releases alone (scale {laplace_scale}, {steps} steps) exceed "
                 f"epsilon={target_epsilon}; raise the Laplace scale or epsilon, or lower the steps"
             )
+    if shape.count_noise is not None:  # nor for the count releases alone
+        counts_only = events.sgd_steps(sampling_rate, shape.count_noise, steps)
+        if epsilon(counts_only, delta, _interval=SEARCH_DISCRETISATION) >= target_epsilon:
+            raise CalibrationError(
+                f"the count releases alone (noise multiplier {shape.count_noise}, {steps} "
+                f"steps) exceed epsilon={target_epsilon}; raise their noise or epsilon, or "
+                "lower the steps"
+            )
     return _solve_monotone(
         eps,
         target_epsilon,
@@ -263,7 +276,9 @@ def _rdp_start(
     account the schedule). The step search doubles from 1 through the powers of two, so
     starting it here, where the PLD meets the target too, skips only probes that meet it
     (epsilon grows with the steps): the search then probes, and returns, exactly as before."""
-    one = events.sgd_steps(q, sigma, 1, laplace, shape.gaussians, shape.substitution).event
+    one = events.sgd_steps(
+        q, sigma, 1, laplace, shape.gaussians, shape.substitution, shape.count_noise
+    ).event
     try:
         step = rdp.rdp_curve(one)
         extra = np.zeros_like(step) if shape.extra is None else rdp.rdp_curve(shape.extra)

@@ -251,6 +251,26 @@ class StackedScattered:
         return Scattered(self.rows[t, :size], self.index[t, :size], self.n_targets)
 
 
+def scaled(contributions: Any, factors: torch.Tensor) -> Any:
+    """Each record's contribution multiplied by its factor ((T, B) for a stack, (B,) for rows):
+    a method's own per-record weighting, e.g. a per-group clip below the mechanism's (DPSGD-F)
+    or a global scaling (DPSGD-Global-Adapt). The mechanism still clips what it receives, so
+    the release's sensitivity is its own bound whatever the factors."""
+    if isinstance(contributions, StackedOuterProducts):
+        c = contributions
+        return StackedOuterProducts(c.a * factors.unsqueeze(-1), c.x, c.sizes, c.x_sq)
+    if isinstance(contributions, Rows):
+        return Rows([_times(p, factors) for p in contributions.parts])
+    raise TypeError(f"no per-record scaling for {type(contributions).__name__}")
+
+
+def _times(part: Array, factors: torch.Tensor) -> Array:
+    """Record i's row of `part` (records first) times factors[i]."""
+    if isinstance(part, np.ndarray):
+        return part * factors.cpu().numpy().reshape(-1, *[1] * (part.ndim - 1))
+    return part * factors.reshape(-1, *[1] * (part.dim() - 1))
+
+
 def as_float64(contributions: Contributions) -> Contributions:
     """The same contributions in float64, for sums whose rounding error must be bounded."""
     if isinstance(contributions, Rows):

@@ -32,14 +32,18 @@ def sgd_steps(
     laplace_scale: float | None = None,
     gaussians: int = 1,
     substitution: bool = False,
+    count_noise: float | None = None,
 ) -> dp_event.DpEvent:
     """`steps` rounds, each one Poisson batch on which `gaussians` Gaussian sums of noise
     multiplier `noise_multiplier` (and a Laplace histogram of `laplace_scale`, if given; the
-    RaCO-DP pattern) are released. The releases share the batch, so the sampling wraps their
-    composition, not each release: separately sampled events would model independent batches
-    and under-report epsilon. `substitution`: neighbours differ in one sensitive attribute
-    only (see `SubstitutionSampledDpEvent`)."""
+    RaCO-DP pattern; and a Gaussian count vector of noise multiplier `count_noise`, if given,
+    l2 sensitivity 1: the DPSGD-F pattern) are released. The releases share the batch, so the
+    sampling wraps their composition, not each release: separately sampled events would model
+    independent batches and under-report epsilon. `substitution`: neighbours differ in one
+    sensitive attribute only (see `SubstitutionSampledDpEvent`)."""
     releases: list[dp_event.DpEvent] = [dp_event.GaussianDpEvent(noise_multiplier)] * gaussians
+    if count_noise is not None:
+        releases.append(dp_event.GaussianDpEvent(count_noise))
     if laplace_scale is not None:
         releases.append(dp_event.LaplaceDpEvent(laplace_scale))
     inner = releases[0] if len(releases) == 1 else dp_event.ComposedDpEvent(releases)

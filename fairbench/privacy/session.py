@@ -274,8 +274,10 @@ class PrivacySession:
     ) -> GaussianCounts:
         return GaussianCounts(self, label, noise_multiplier, group)
 
-    def laplace_histogram(self, label: str, scale: float) -> LaplaceHistogram:
-        return LaplaceHistogram(self, label, scale)
+    def laplace_histogram(
+        self, label: str, scale: float, group: int | None = None
+    ) -> LaplaceHistogram:
+        return LaplaceHistogram(self, label, scale, group)
 
     def gaussian_gram(self, label: str, clip: float, noise_multiplier: float) -> GaussianGram:
         return GaussianGram(self, label, clip, noise_multiplier)
@@ -392,6 +394,11 @@ class GaussianCounts:
             ones = torch.ones(len(cells), dtype=torch.float64, device=cells.device)
             counts = torch.zeros(n_cells, dtype=torch.float64, device=cells.device)
             counts.index_add_(0, cells, ones)
+        return self.release(counts, len(cells), batch)
+
+    def release(self, counts: Cells, records: int, batch: Batch | None) -> Cells:
+        """The noisy release of `counts`, built from at most `records` records each counted
+        in one cell (the caller's construction: `__call__`, `stacked.gaussian_counts`)."""
         sensitivity = self.session.substitution_factor(math.sqrt(2))
         if not self.session._check_noise(self.label, self.noise_multiplier, sensitivity):
             return counts
@@ -399,17 +406,18 @@ class GaussianCounts:
             self.label, dp_event.GaussianDpEvent(self.noise_multiplier), batch, self.group
         )
         noise = self.session.noise(self.label, self.group, _device(counts))
-        return noisy_sums(
-            "gaussian", noise, [counts], self.noise_multiplier, sensitivity, len(cells)
-        )[0]
+        return noisy_sums("gaussian", noise, [counts], self.noise_multiplier, sensitivity, records)[
+            0
+        ]
 
 
 class LaplaceHistogram:
     """H[q, k] = sum of the batch's rows in part q, plus Laplace(scale * sensitivity) per cell.
-    Every row must have l1 norm at most 1 (l1 sensitivity 1; 2 under substitution)."""
+    Every row must have l1 norm at most 1 (l1 sensitivity 1; 2 under substitution). `group`:
+    the only group whose records the rows are (None: any), for parallel composition."""
 
-    def __init__(self, session, label, scale) -> None:
-        self.session, self.label, self.scale = session, label, scale
+    def __init__(self, session, label, scale, group=None) -> None:
+        self.session, self.label, self.scale, self.group = session, label, scale, group
         self._event = dp_event.LaplaceDpEvent(scale)
 
     @property
@@ -442,8 +450,8 @@ class LaplaceHistogram:
         """As `GaussianSum.record`."""
         if not self.session._check_noise(self.label, self.scale, self.sensitivity):
             return None
-        self.session._record(self.label, self._event, batch, None)
-        return self.session.noise(self.label, None, device)
+        self.session._record(self.label, self._event, batch, self.group)
+        return self.session.noise(self.label, self.group, device)
 
 
 def check_l1_rows(label: str, rows: torch.Tensor, checks: DeviceChecks) -> None:

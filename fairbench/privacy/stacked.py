@@ -26,6 +26,7 @@ from fairbench.privacy.noise import stacked_noisy_sums
 from fairbench.privacy.sampling import stacked_poisson_batches
 from fairbench.privacy.session import (
     Batch,
+    GaussianCounts,
     GaussianSum,
     LaplaceHistogram,
     PrivacySession,
@@ -176,3 +177,25 @@ def laplace_histograms(
         return hist
     scales, sensitivities = [m.scale for m in mechanisms], [m.sensitivity for m in mechanisms]
     return stacked_noisy_sums("laplace", sources, [hist], scales, sensitivities, sizes)[0]
+
+
+def gaussian_counts(
+    mechanisms: list[GaussianCounts],
+    cells: torch.Tensor,
+    counted: torch.Tensor,
+    n_cells: int,
+    batches: Sequence[Batch],
+) -> torch.Tensor:
+    """Trial t's noisy counts from `mechanisms[t]`: how many of its batch's records with
+    `counted` True (T, B; a bool, so a record adds 1 or nothing, and padding rows must be
+    False) fall in each of `n_cells` cells (`cells` (T, B)). A record lies in one cell, so the
+    count vector moves by at most 1 in l2 norm when a record is added or removed. Returns
+    (T, n_cells) float64."""
+    if counted.dtype != torch.bool:
+        raise TypeError(f"counted must be a bool mask (one count per record), got {counted.dtype}")
+    n_trials, width = cells.shape
+    offsets = torch.arange(n_trials, device=cells.device).unsqueeze(1) * n_cells
+    counts = torch.zeros(n_trials * n_cells, dtype=torch.float64, device=cells.device)
+    counts.index_add_(0, (cells + offsets).reshape(-1), counted.reshape(-1).to(torch.float64))
+    counts = counts.view(n_trials, n_cells)
+    return torch.stack([m.release(counts[t], width, batches[t]) for t, m in enumerate(mechanisms)])

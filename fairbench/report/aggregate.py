@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from fairbench.report.accuracy_cost import DROPS, GAP, mean_drops, with_accuracy_drops
 from fairbench.report.budget import BUDGET_COLUMNS, budget_columns
 
 # One Pareto point per (panel, method entry, hyperparameter config, knob); seeds are averaged.
@@ -51,6 +52,9 @@ PARETO_COLUMNS = [
     "calibration_at_bound",
     "epsilon_spent_max",
     "wall_seconds_mean",
+    "group_accuracy_drop_mean",
+    "accuracy_drop_gap_mean",
+    "accuracy_drop_gap_ci95",
     "on_frontier",
 ]
 
@@ -92,7 +96,8 @@ def _excess(constraints: list[dict]) -> float:
 def trials_frame(rows: list[dict]) -> pd.DataFrame:
     """Trial rows as a flat table (nested values stay as Python objects), with per-trial
     satisfaction of the stated target on test (`test_satisfied`, NaN without a target), its
-    excess over the target (`test_excess`), and the training budget's columns."""
+    excess over the target (`test_excess`), the group accuracy cost of privacy against the
+    run's erm trial on the same split (`accuracy_cost`), and the training budget's columns."""
     frame = pd.DataFrame(rows)
     frame["epsilon"] = frame["epsilon"].astype(float).fillna(np.inf)  # non-private: inf
     frame["knob"] = frame["knob"].astype(float)
@@ -110,6 +115,7 @@ def trials_frame(rows: list[dict]) -> pd.DataFrame:
     frame.loc[frame["test_excess"].isna(), "test_satisfied"] = np.nan
     if "test_predictions_sha256" not in frame:  # rows stored before predictions were hashed
         frame["test_predictions_sha256"] = None
+    frame = with_accuracy_drops(frame)
     budget = budget_columns(frame)
     return pd.concat([frame.drop(columns=BUDGET_COLUMNS, errors="ignore"), budget], axis=1)
 
@@ -162,6 +168,8 @@ def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
     satisfaction is counted per seed (never read off a mean), and each point carries the
     budget its trials ran. Pass trials through `merge_identical_knobs` first to collapse
     knob values that trained one model."""
+    if GAP not in trials.columns:  # a frame not built by `trials_frame`
+        trials = with_accuracy_drops(trials)
     grouped = trials.groupby(POINT, dropna=False, sort=True)
     points = grouped.agg(
         n_seeds=("seed", "nunique"),
@@ -189,6 +197,9 @@ def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
         calibration_at_bound=("calibration_at_bound", "any"),
         epsilon_spent_max=("epsilon_spent", "max"),
         wall_seconds_mean=("wall_seconds", "mean"),
+        group_accuracy_drop_mean=(DROPS, mean_drops),
+        accuracy_drop_gap_mean=(GAP, "mean"),
+        accuracy_drop_gap_ci95=(GAP, ci95),
     ).reset_index()
     points = with_satisfaction_interval(points)
     points["on_frontier"] = False

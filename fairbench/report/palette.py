@@ -31,6 +31,9 @@ REGISTRY: dict[str, Style] = {
     "jagielski-oracle": Style("#117733", ">"),
     "pf-ld": Style("#CC6677", "d"),
     "dp-erm-mitigation": Style("#DDCC77", "8"),
+    "dpsgd-f": Style("#88CCEE", "H"),
+    "dpsgd-global-adapt": Style("#AA4499", "d"),
+    "decoupled-post": Style("#EE3377", "p"),  # Paul Tol's vibrant magenta: the muted set is used up
 }
 _SPARE_COLORS = (
     "#332288",

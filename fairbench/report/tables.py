@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from fairbench.errors import ConfigError
+from fairbench.report.accuracy_cost import drop_cells
 from fairbench.report.aggregate import PANEL
 from fairbench.report.budget import BUDGET_COLUMNS
 from fairbench.report.document import Document, Table, Warnings
@@ -96,6 +97,8 @@ def budget_cells(row) -> list[str]:
     ]
 
 
+# the group accuracy cost of privacy, in panels whose points have an erm reference
+COST_COLUMNS = ["accuracy drop by group (points)", "drop gap"]
 PARETO_COLUMNS = [
     "method",
     "knob",
@@ -128,13 +131,17 @@ def pareto_document(points: pd.DataFrame, title: str, warnings: list[str]) -> Do
         "(γ, α or a loss bound), with its exact (Clopper-Pearson) 95% interval. Budget: steps, "
         "epochs (steps × sampling rate) and expected batch size, Gaussian noise multiplier σ, "
         "and what the accountant calibrated. Knob values that trained one model (identical "
-        "test predictions on every seed) share a row. ★ marks the Pareto frontier within a "
-        "table.",
+        "test predictions on every seed) share a row. Where the run has an erm trial on the "
+        "same split (same dataset, options, seed and model family), each group's accuracy drop "
+        "from it (points of test accuracy, mean over seeds; positive: worse) and the drop gap "
+        "(largest minus smallest group's drop, mean over seeds): the group accuracy cost of "
+        "privacy. ★ marks the Pareto frontier within a table.",
     )
     for key, panel in points.groupby(PANEL, sort=True, dropna=False):
         dataset, constraint, notion, eps, delta = key
         privacy = "" if math.isinf(eps) else f", δ = {delta:g}, privacy: {notion}"
         doc.heading(2, f"{dataset} · {constraint} · {_eps(eps)}{privacy}")
+        costs = panel["group_accuracy_drop_mean"].map(lambda d: d is not None).any()
         rows = [
             [
                 row.label,
@@ -146,9 +153,15 @@ def pareto_document(points: pd.DataFrame, title: str, warnings: list[str]) -> Do
                 _met(row),
                 *budget_cells(row),
                 "" if math.isinf(eps) else f"{row.epsilon_spent_max:.4f}",
+                *(
+                    drop_cells(row.group_accuracy_drop_mean, row.accuracy_drop_gap_mean)
+                    if costs
+                    else []
+                ),
                 "★" if row.on_frontier else "",
             ]
             for row in panel.itertuples()
         ]
-        doc.add(Table(PARETO_COLUMNS, rows, "lrlrrrrrrrrlrl"))
+        columns = PARETO_COLUMNS[:-1] + (COST_COLUMNS if costs else []) + PARETO_COLUMNS[-1:]
+        doc.add(Table(columns, rows, "lrlrrrrrrrrlr" + ("lr" if costs else "") + "l"))
     return doc

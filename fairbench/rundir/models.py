@@ -20,11 +20,13 @@ MODELS = "models"
 
 
 def fitted_state(fitted: Fitted) -> dict[str, Any]:
-    """What predicts: each component's parameters (one for a deterministic model), the
-    mixture weights (None: uniform) and a derived predictor's table P(1 | prediction,
-    group) where the method post-processes."""
-    modules = fitted.components or [fitted.model]
+    """What predicts: each component's parameters (one for a deterministic model; one per
+    group, in group order, for decoupled base classifiers), the mixture weights (None:
+    uniform) and a derived predictor's table P(1 | prediction, group) where the method
+    post-processes."""
+    modules = fitted.components or fitted.group_models or [fitted.model]
     return {
+        "decoupled": bool(fitted.group_models),
         "components": [
             {k: v.detach().cpu().numpy() for k, v in m.state_dict().items()} for m in modules
         ],

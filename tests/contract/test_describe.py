@@ -35,6 +35,7 @@ METHOD_KEYS = {
     "models",
     "reconstructed",
     "sensitive_at_test",
+    "target_metric",
     "hyperparameters",
 }
 DATASET_KEYS = {
@@ -312,3 +313,12 @@ def test_completion_is_offered(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "160")
     _, out, _ = cli("--help")
     assert "--install-completion" in out and "--show-completion" in out
+
+
+def test_the_disparate_impact_methods_name_their_target_metric(cli):
+    code, out, err = cli("describe", "dpsgd-f")
+    assert code == 0 and err == ""
+    assert "fairness knob:   none (trains for its target metric, below" in out
+    assert "target metric:   test_accuracy_drop_gap: the gap between groups" in out
+    code, out, _ = cli("describe", "dpsgd-global-adapt", "--json")
+    assert json.loads(out)["target_metric"].startswith("test_accuracy_drop_gap")

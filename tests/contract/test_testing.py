@@ -32,6 +32,8 @@ from tests.privacy.test_session import LessNoise, Overspend  # the session tests
 TINY = {
     "erm": ({"epochs": 1}, {}),
     "dp-sgd": ({"epochs": 1}, {}),
+    "dpsgd-f": ({"epochs": 1}, {}),
+    "dpsgd-global-adapt": ({"epochs": 1}, {}),
     "sgda": ({"epochs": 10}, {"knob_values": (0.5, 0.0)}),
     "raco-dp": ({"epochs": 2, "calibrate": "noise"}, {"knob_values": (0.5, 0.0)}),
     "cgoo": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),
@@ -46,6 +48,7 @@ TINY = {
     "dpnose": ({"steps": 5}, {"constraint": "bounded_group_loss", "knob_values": (2.0, 0.3)}),
     "fairlearn-eg": ({"max_iter": 2, "lr_max_iter": 100}, {"knob_values": (0.5, 0.01)}),
     "jagielski-post": ({"epochs": 1}, {"constraint": "equalized_odds", "knob_values": (0.5, 0.0)}),
+    "decoupled-post": ({"epochs": 1}, {"knob_values": (0.5, 0.0)}),
     "jagielski-oracle": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),
     "jagielski-oracle-nonprivate": ({"iterations": 3}, {"knob_values": (0.5, 0.01)}),
 }

@@ -68,6 +68,10 @@ CASES = [
         "cls",
     ),
     ("dp-erm-mitigation", FAST, FairnessSpec(EO, 1.0), "cls3"),
+    ("dpsgd-f", FAST, FairnessSpec(DP), "cls3"),
+    ("dpsgd-f", {**FAST, "model": "mlp"}, FairnessSpec(DP), "cls"),
+    ("dpsgd-global-adapt", FAST, FairnessSpec(DP), "cls"),
+    ("dpsgd-global-adapt", {**FAST, "model": "mlp"}, FairnessSpec(EO), "cls3"),
     (
         "dp-erm-mitigation",
         {**FAST, "model": "mlp", "sign_momentum": 0.9},
@@ -106,6 +110,8 @@ CASES = [
         FairnessSpec(DP, 0.05),
         "cls3",
     ),
+    ("decoupled-post", FAST, FairnessSpec(DP, 0.0), "cls3"),
+    ("decoupled-post", {**FAST, "model": "mlp", "holdout": 0}, FairnessSpec(DP, 0.05), "cls"),
     ("jagielski-oracle", {"batch_size": 64, "iterations": 3}, FairnessSpec(EO, 0.05), "cls3"),
     (
         "jagielski-oracle",

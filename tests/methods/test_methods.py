@@ -44,6 +44,7 @@ def test_every_fairness_knob_is_declared_with_its_range_and_direction():
         "dpnose": ("bound", "[0, inf)", looser),
         "fairlearn-eg": ("difference_bound", "(0, inf)", looser),
         "jagielski-post": ("gamma", "[0, 1]", looser),
+        "decoupled-post": ("gamma", "[0, 1]", looser),
         "dp-erm-mitigation": ("lambda", "[0, inf)", stricter),
         "pf-ld": ("alpha", "[0, inf)", looser),
         "jagielski-oracle": ("gamma", "[0, inf)", looser),
@@ -179,3 +180,11 @@ def test_classifiers_refuse_regression_tasks():
     regression = get_dataset("synthetic", task="regression").load(seed=0)
     with pytest.raises(ConfigError, match="regression task and this method trains classifiers"):
         get_method("erm").fit(regression, None, DP, seed=0)
+
+
+def test_bench_stepper_runs_past_its_plan_on_fresh_trials_without_overdrawing_a_session():
+    small = get_dataset("synthetic", n_rows=400).load(seed=0)
+    method = get_method("dp-sgd", batch_size=64, epochs=1)  # 255 training rows: 4 steps a plan
+    step = method.stepper(small, PrivacyBudget(1.0), seed=0)
+    for _ in range(12):  # a session refuses a fifth draw; the stepper starts fresh trials
+        step()

@@ -49,6 +49,7 @@ CASES = {
     ],
     "dpse": [({"steps": 5}, BGL, 0.5), ({"steps": 5, "group_sizes": "public"}, BGL, None)],
     "dpnose": [({"steps": 5}, BGL, 0.5), ({"steps": 5}, BGL, None)],
+    "decoupled-post": [({**SMALL}, DP, 0.0), ({**SMALL, "holdout": 0, "model": "mlp"}, DP, 0.05)],
     "jagielski-post": [
         ({**SMALL}, EO, 0.05),
         ({**SMALL, "holdout": 0.3}, DP, 0.0),
@@ -59,6 +60,8 @@ CASES = {
         ({**SMALL}, EO, 0.0),
         ({**SMALL, "model": "mlp", "sign_momentum": 0.5}, DP, 1.0),
     ],
+    "dpsgd-f": [({**SMALL}, DP, None), ({**SMALL, "model": "mlp"}, EO, None)],
+    "dpsgd-global-adapt": [({**SMALL}, DP, None), ({**SMALL, "model": "mlp"}, EO, None)],
     "jagielski-oracle": [
         ({**ROUNDS}, EO, 0.05),
         ({**ROUNDS, "mixture": "uniform"}, DP, 0.05),

@@ -71,6 +71,26 @@ def test_gaussians_on_one_batch_are_one_gaussian_of_combined_noise():
     assert ours == pytest.approx(independent_pld(q, sigma / math.sqrt(2), steps), rel=1e-3)
 
 
+def test_a_count_vector_on_the_batch_composes_with_the_sums():
+    """DPSGD-F's shape: a Gaussian count (l2 sensitivity 1) of another noise multiplier shares
+    each batch with the sum; calibration solves the sum's noise with the count's fixed."""
+    q, sigma, steps = 0.04, 1.5, 300
+    event = sgd_steps(q, sigma, steps, count_noise=10.0)
+    inner = de.ComposedDpEvent([de.GaussianDpEvent(sigma), de.GaussianDpEvent(10.0)])
+    assert event == de.SelfComposedDpEvent(de.PoissonSampledDpEvent(q, inner), steps)
+    merged = (sigma**-2 + 10.0**-2) ** -0.5
+    assert epsilon(event, DELTA) == pytest.approx(independent_pld(q, merged, steps), rel=1e-3)
+    shape = StepShape(count_noise=10.0)
+    noise = calibrate_noise_multiplier(q, steps, 1.0, DELTA, shape=shape)
+    assert noise > calibrate_noise_multiplier(q, steps, 1.0, DELTA)
+    assert epsilon(sgd_steps(q, noise, steps, count_noise=10.0), DELTA) <= 1.0
+    assert _rdp_start(q, sigma, None, DELTA, 1.0, shape) <= _rdp_start(
+        q, sigma, None, DELTA, 1.0, PLAIN
+    )
+    with pytest.raises(CalibrationError, match="count releases alone"):
+        calibrate_noise_multiplier(q, steps, 1.0, DELTA, shape=StepShape(count_noise=0.5))
+
+
 def test_unsampled_gaussians_compose_to_one_gaussian_exactly():
     """DPSE's ledgers: many plain Gaussian releases. Their composition is one Gaussian of
     summed 1/sigma^2; the analytic Gaussian curve (Balle and Wang) pins its epsilon, and
