@@ -49,7 +49,11 @@ from fairbench.privacy.noise import Kind, observe_releases
 from fairbench.task import Split, Task
 
 CHANGED_SHARE = 0.1
-_LEAVES = {dp_event.GaussianDpEvent: "gaussian", dp_event.LaplaceDpEvent: "laplace"}
+_LEAVES = {
+    dp_event.GaussianDpEvent: "gaussian",
+    dp_event.LaplaceDpEvent: "laplace",
+    dp_event.RandomizedResponseDpEvent: "randomized_response",
+}
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ LABEL_CONDITIONED = ("equalized_odds", "false_negative_rate_parity")  # marginal
 
 def changed_fields(notion: str, constraint: str) -> tuple[str, ...]:
     """The record fields a privacy notion protects, minus what it declares public."""
-    if notion.startswith("sensitive-attribute"):
+    if notion.startswith(("sensitive-attribute", "local-dp-attribute")):
         return ("s",)
     kept = set()
     if "public-group-sizes" in notion:

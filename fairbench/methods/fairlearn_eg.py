@@ -157,9 +157,18 @@ class FairlearnEG(Method):
     def _fit(self, trial: Trial) -> Outcome:
         from fairlearn import reductions
 
-        task, fairness, session = trial.task, trial.fairness, trial.session
-        hp, bound = self.hparams, fairness.knob_value
-        moment = getattr(reductions, MOMENTS[fairness.constraint])(difference_bound=bound)
+        bound = trial.fairness.knob_value
+        moment = getattr(reductions, MOMENTS[trial.fairness.constraint])(difference_bound=bound)
+        return self.fit_eg(trial, moment, trial.task.train.s)
+
+    def fit_eg(self, trial: Trial, moment: Any, groups: np.ndarray, **info: Any) -> Outcome:
+        """EG against `moment` on the training features and labels, with `groups` as the
+        sensitive feature; its weighted mixture as the trial's outcome (`info` added to
+        the row's)."""
+        from fairlearn import reductions
+
+        task, session = trial.task, trial.session
+        hp, bound = self.hparams, trial.fairness.knob_value
         eg = reductions.ExponentiatedGradient(
             self._estimator(session.seed),
             moment,
@@ -171,7 +180,7 @@ class FairlearnEG(Method):
         with warnings.catch_warnings():  # fairlearn's pandas deprecations, once per oracle call
             for category in (DeprecationWarning, FutureWarning):
                 warnings.filterwarnings("ignore", module=r"fairlearn\.", category=category)
-            eg.fit(task.train.X, task.train.y, sensitive_features=task.train.s)
+            eg.fit(task.train.X, task.train.y, sensitive_features=groups)
         kept = [i for i in eg.weights_.index if eg.weights_[i] > 0]
         rules = [as_rule(eg.predictors_[i], task.n_features) for i in kept]
         weights = np.array([eg.weights_[i] for i in kept], dtype=np.float64)
@@ -183,6 +192,7 @@ class FairlearnEG(Method):
             "difference_bound": bound,
             "eps": float(hp.eps or bound),
             "weights": weights.tolist(),
+            **info,
         }
         dev = session.device
         components: list[nn.Module] = [r.to(dev) for r in rules]

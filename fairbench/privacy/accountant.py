@@ -306,3 +306,15 @@ def calibrate_laplace_scale(target_epsilon: float, delta: float) -> float:
         start=1.0 / target_epsilon,
         limits=(MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER),
     )
+
+
+@lru_cache(maxsize=256)
+def calibrate_randomized_response(target_epsilon: float, delta: float, k: int) -> float:
+    """The pure epsilon of one k-ary randomized response whose reported epsilon at `delta`
+    meets the target: the target itself, lowered where the pessimistic discretisation rounds
+    the release's privacy loss up past it (by at most one discretisation interval)."""
+    validate(target_epsilon=target_epsilon, delta=delta)
+    pure = target_epsilon
+    while (excess := epsilon(events.randomized_response(pure, k), delta) - target_epsilon) > 0:
+        pure -= max(excess, pure * 1e-6)
+    return pure

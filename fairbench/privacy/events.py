@@ -6,6 +6,7 @@ a trial; the JSON form lets a finished run's ledger be re-accounted later.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -49,6 +50,32 @@ def sgd_steps(
     inner = releases[0] if len(releases) == 1 else dp_event.ComposedDpEvent(releases)
     sampled = SubstitutionSampledDpEvent if substitution else dp_event.PoissonSampledDpEvent
     return dp_event.SelfComposedDpEvent(sampled(sampling_rate, inner), steps)
+
+
+def randomized_response(epsilon: float, k: int) -> dp_event.RandomizedResponseDpEvent:
+    """k-ary randomized response that keeps a value with probability e^eps / (e^eps + k - 1)
+    and otherwise reports one of the k - 1 others uniformly, in dp-accounting's form: with
+    probability p = k / (e^eps + k - 1) a uniform draw over all k values (the true one
+    included), else the true value. The same channel: keep = 1 - p + p / k."""
+    if k < 2 or not 0 < epsilon < math.inf:
+        raise ValueError(
+            f"randomized response needs k >= 2 values and 0 < eps < inf, got {k}, {epsilon}"
+        )
+    return dp_event.RandomizedResponseDpEvent(k / (math.exp(epsilon) + k - 1), k)
+
+
+def keep_probability(event: dp_event.RandomizedResponseDpEvent) -> float:
+    """P(the reported value is the true one) = 1 - p + p / k."""
+    p, k = event.noise_parameter, event.num_buckets
+    return 1 - p + p / k
+
+
+def randomized_response_epsilon(event: dp_event.RandomizedResponseDpEvent) -> float:
+    """Its pure epsilon in closed form: the largest likelihood ratio of one output under two
+    true values, keep / (p / k) = ln(1 + k (1 - p) / p) (the ratio is 1 for an output equal to
+    neither). k such releases of one value compose to k times it (pure DP composition)."""
+    p, k = event.noise_parameter, event.num_buckets
+    return math.log1p(k * (1 - p) / p)
 
 
 def not_accounted(event: dp_event.DpEvent) -> bool:

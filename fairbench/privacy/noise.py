@@ -37,6 +37,12 @@ exp(-2 pi^2 sigma^2 k / (k + 1)) in the grid-unit scale sigma (CKS20, Sec. 4); h
 on one core (OpenDP samples exactly, with arbitrary-precision arithmetic), against tens of ns
 for the float samplers; results are not reproducible from the seed (that is the point).
 
+Randomized response (k-ary, local DP). The float sampler draws two float64 uniforms per value
+from the mechanism's seeded stream: the first keeps the value when below the keep probability
+(so the realised probability is a multiple of 2^-53, within 2^-53 of the planned one), the
+second picks one of the k - 1 other values. The secure sampler is OpenDP's exact randomized
+response (`make_randomized_response`) on the operating system's entropy, one value at a time.
+
 Every release calls `_release`, so a verification harness can watch or replace what a method
 releases (`observe_releases`): the data-access check replays one run's releases into another.
 The runner never installs an observer.
@@ -56,7 +62,7 @@ import torch
 from fairbench.errors import ConfigError
 from fairbench.privacy.sync import host_reads_free
 
-Kind = Literal["gaussian", "laplace"]
+Kind = Literal["gaussian", "laplace", "randomized_response"]
 Value = TypeVar("Value", torch.Tensor, np.ndarray, list[torch.Tensor | np.ndarray])
 # (kind, exact value, noisy value) -> the value the method receives
 ReleaseObserver = Callable[[Kind, Value, Value], Value]
@@ -240,9 +246,23 @@ class FloatNoise:
             scale * sensitivity
         )
 
+    def randomized_response(self, values: torch.Tensor, keep: float, k: int) -> torch.Tensor:
+        """Each of `values` (int64 in range(k)) kept with probability `keep`, otherwise moved
+        to one of the other k - 1 values uniformly."""
+        u = torch.rand(
+            (2, *values.shape), generator=self.generator, dtype=torch.float64, device=values.device
+        )
+        other = (values + 1 + torch.floor(u[1] * (k - 1)).long()) % k
+        return torch.where(u[0] < keep, values, other)
+
 
 class SecureNoise:
     """Exact discrete noise on a grid, from OpenDP (see the module docstring)."""
+
+    def randomized_response(self, values: torch.Tensor, keep: float, k: int) -> torch.Tensor:
+        draw = _opendp_randomized_response(k, keep)
+        noisy = [draw(v) for v in values.detach().cpu().tolist()]
+        return torch.tensor(noisy, dtype=values.dtype, device=values.device)
 
     def gaussian(
         self, values: torch.Tensor, noise_multiplier: float, sensitivity: float, records: int
@@ -292,7 +312,26 @@ def _opendp_sampler(kind: Kind, scale: float) -> Callable[[list[int]], list[int]
     return dp.m.make_laplace(domain, dp.l1_distance(T="i64"), scale=scale)
 
 
+@lru_cache(maxsize=16)
+def _opendp_randomized_response(k: int, keep: float) -> Callable[[int], int]:
+    """OpenDP's exact k-ary randomized response on i64 values in range(k)."""
+    try:
+        import opendp.prelude as dp
+    except ImportError as exc:
+        raise ConfigError(OPENDP_MISSING) from exc
+
+    dp.enable_features("contrib")
+    return dp.m.make_randomized_response(list(range(k)), keep, T="i64")
+
+
 NoiseSource = FloatNoise | SecureNoise
+
+
+def randomized_response(
+    noise: NoiseSource, values: torch.Tensor, keep: float, k: int
+) -> torch.Tensor:
+    """One release of `values` (int64 in range(k)) by k-ary randomized response."""
+    return _release("randomized_response", values, noise.randomized_response(values, keep, k))
 
 
 def noisy_sums(

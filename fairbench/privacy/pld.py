@@ -14,6 +14,12 @@ bound on epsilon, like dp-accounting's own PLDs):
 - `SubstitutionSampledDpEvent`: a Poisson-sampled release under neighbours that differ in one
   record's sensitive attribute while the record's other data are public (DP-FERMI's
   sensitive-attribute mode). See that class.
+
+`RandomizedResponseDpEvent` (one value released by k-ary randomized response, the local-DP
+notion's one mechanism) is dp-accounting's PLD for neighbours that substitute the value. It is
+built here, not through dp-accounting's `PLDAccountant`: dp-accounting 0.6.0's accountant
+drops the count of a self-composed randomized response (it composes one release whatever the
+count), while `build` self-composes every event by its count.
 """
 
 from __future__ import annotations
@@ -266,6 +272,13 @@ def _build_one(event: dp_event.DpEvent, interval: float, pessimistic: bool) -> P
             value_discretization_interval=interval,
             pessimistic_estimate=pessimistic,
             use_connect_dots=pessimistic,
+        )
+    if isinstance(event, dp_event.RandomizedResponseDpEvent):
+        return pld_lib.from_randomized_response(
+            event.noise_parameter,
+            event.num_buckets,
+            pessimistic_estimate=pessimistic,
+            value_discretization_interval=interval,
         )
     if not pessimistic and isinstance(event, SubstitutionSampledDpEvent):
         raise NoOptimisticBound("substitution-sampled release")

@@ -22,6 +22,13 @@ sensitive-attribute notion). Identical rounds (and identical full-data releases)
 into one `SelfComposedDpEvent`; entries are ordered sampled rounds first, each sorted by its
 event's text, which is the form the calibration routines account (so epsilons agree exactly).
 
+Local DP of the attribute (`PrivacyNotion.LOCAL_ATTRIBUTE`). Each record's group is
+released once by k-ary randomized response (`randomized_response`) before the learner sees
+it, and the rest of the record is public: there is no curator, so a session of that notion
+draws no central release (a sum, count, histogram or Gram matrix is refused), and randomized
+response is refused under the other notions. Its ledger is one randomized-response event:
+records are released by independent randomizers, each once, so the epsilon is each record's.
+
 Random streams (`fairbench.streams`). Poisson batches come from the stream "sampling"; each
 mechanism draws its noise from its own stream "noise/<label>" ("noise/<label>/group<k>" for a
 group's), on the device of the statistic it noises, so mechanisms never share noise and a
@@ -62,6 +69,7 @@ from fairbench.privacy.noise import (
     SecureNoise,
     noisy_sums,
     noisy_symmetric,
+    randomized_response,
 )
 from fairbench.privacy.pld import SubstitutionSampledDpEvent
 from fairbench.privacy.sampling import poisson_batches, shuffled_batches
@@ -76,6 +84,8 @@ class PrivacyNotion(str, Enum):
 
     FULL = "full"  # add or remove one whole record
     SENSITIVE_ATTRIBUTE = "sensitive-attribute"  # one record's group substituted
+    # each record's group released by a local randomizer, the rest of the record public
+    LOCAL_ATTRIBUTE = "local-dp-attribute"
     NONE = "non-private"
 
 
@@ -282,6 +292,11 @@ class PrivacySession:
     def gaussian_gram(self, label: str, clip: float, noise_multiplier: float) -> GaussianGram:
         return GaussianGram(self, label, clip, noise_multiplier)
 
+    def randomized_response(
+        self, label: str, event: dp_event.RandomizedResponseDpEvent
+    ) -> RandomizedResponse:
+        return RandomizedResponse(self, label, event)
+
     def substitution_factor(self, substituted: float) -> float:
         """How far one neighbour moves a per-record quantity bounded by 1 under add/remove:
         1, or `substituted` when neighbours swap one record's group (2 for a clipped vector,
@@ -315,6 +330,11 @@ class PrivacySession:
         """True when noise is to be drawn; a private session refuses a noiseless release."""
         if not self.private:
             return False
+        if self.notion is PrivacyNotion.LOCAL_ATTRIBUTE:
+            raise PrivacyContractError(
+                f"release {label!r}: a central release in a session of the local-dp-attribute "
+                "notion, whose only releases are each record's randomized response"
+            )
         if not (noise_multiplier > 0 and math.isfinite(sensitivity)):
             raise PrivacyContractError(
                 f"release {label!r}: a private trial needs a noise multiplier > 0 and a finite "
@@ -452,6 +472,36 @@ class LaplaceHistogram:
             return None
         self.session._record(self.label, self._event, batch, self.group)
         return self.session.noise(self.label, self.group, device)
+
+
+class RandomizedResponse:
+    """Each record's value (in range(k), k the event's buckets) released once by k-ary
+    randomized response: kept with probability e^eps / (e^eps + k - 1), else one of the other
+    k - 1 values uniformly (`events.randomized_response`). Pure eps-DP for each record's value
+    on its own, with no curator (local DP). Recorded as one event for the whole release: each
+    record goes through its own randomizer once, so the records compose in parallel."""
+
+    def __init__(self, session, label, event: dp_event.RandomizedResponseDpEvent) -> None:
+        self.session, self.label, self.event = session, label, event
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        k = self.event.num_buckets
+        if len(values) and not (values.min() >= 0 and values.max() < k):
+            raise PrivacyContractError(f"release {self.label!r}: values outside range({k})")
+        session = self.session
+        if not session.private:
+            return values
+        if session.notion is not PrivacyNotion.LOCAL_ATTRIBUTE:
+            raise PrivacyContractError(
+                f"release {self.label!r}: randomized response is the local-dp-attribute "
+                f"notion's mechanism, not the {session.notion.value} notion's"
+            )
+        session._record(self.label, self.event, None, None)
+        cpu = torch.device("cpu")
+        exact = torch.as_tensor(values, dtype=torch.int64)
+        keep = events.keep_probability(self.event)
+        noisy = randomized_response(session.noise(self.label, None, cpu), exact, keep, k)
+        return noisy.numpy().astype(values.dtype)
 
 
 def check_l1_rows(label: str, rows: torch.Tensor, checks: DeviceChecks) -> None:

@@ -20,9 +20,12 @@ RELEASE_COLUMNS = ["label", "group", "mechanism", "rounds", "sampling_rate", "no
 
 def mechanism(event: dict[str, Any]) -> tuple[str, dict[str, float]]:
     """An event's mechanism in words (`Poisson-sampled Gaussian`) and its parameters: `rounds`
-    (self-composition count), `q` (sampling rate), `σ` (Gaussian noise multiplier) and `b`
-    (Laplace scale), numbered when a composition holds several."""
+    (self-composition count), `q` (sampling rate), `σ` (Gaussian noise multiplier), `b`
+    (Laplace scale), `p` and `k` (randomized response's noise parameter and values), numbered
+    when a composition holds several."""
     kind = event["type"]
+    if kind == "RandomizedResponseDpEvent":
+        return "randomized response", {"p": event["noise_parameter"], "k": event["num_buckets"]}
     if kind == "GaussianDpEvent":
         return "Gaussian", {"σ": event["noise_multiplier"]}
     if kind == "LaplaceDpEvent":

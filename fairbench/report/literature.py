@@ -45,8 +45,12 @@ from fairbench.report.privacy_cost_notes import WITHIN_TAU, fmt_eps, unreached_t
 from fairbench.report.privacy_cost_plot import mark_keys, tau_panel
 from fairbench.report.uncertainty_notes import satisfaction_section
 
-NOTIONS = ("full", "sensitive-attribute")
-NOTION_TITLES = {"full": "full-record DP", "sensitive-attribute": "DP of the sensitive attribute"}
+NOTIONS = ("full", "sensitive-attribute", "local-dp-attribute")  # one row of panels each
+NOTION_TITLES = {
+    "full": "full-record DP",
+    "sensitive-attribute": "DP of the sensitive attribute",
+    "local-dp-attribute": "local DP of the sensitive attribute",
+}
 SEEDS = ("raco-dp", "dp-fermi")  # the seed methods whose claims the baselines test
 REFERENCES = Path(__file__).resolve().parent.parent / "references" / "adult-published-baselines.csv"
 # the published file's method names -> our re-run of the same method
@@ -94,7 +98,8 @@ def literature_rows(tuned: TuneOutput) -> tuple[pd.DataFrame, dict[tuple, pd.Ser
 
 
 def _base_notion(notion: str) -> str:
-    """`full`, `sensitive-attribute` (however qualified) or `non-private`."""
+    """`full`, `sensitive-attribute` (however qualified), `local-dp-attribute` or
+    `non-private`."""
     if notion.startswith("sensitive-attribute"):
         return "sensitive-attribute"
     return "full" if notion.startswith("full") else notion
@@ -139,7 +144,8 @@ def matched(rows: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     methods at its dataset, constraint and epsilon: our test error at the loosest target tau
     <= its violation (ours is then at least as fair by its target; NaN where every target is
     looser). Ours in its own notion (`our_notion` sensitive-attribute), and, labelled, in
-    the stricter full-record notion, where a method offers no other (dp-erm-mitigation)."""
+    the stricter full-record notion, where a method offers no other (dp-erm-mitigation), or
+    in local DP of the attribute (no curator: also stricter)."""
     out = []
     private = rows[rows["privacy_notion"].isin(NOTIONS) & (rows["selection_rule"] == WITHIN_TAU)]
     for p in points.itertuples():

@@ -34,6 +34,7 @@ REGISTRY: dict[str, Style] = {
     "dpsgd-f": Style("#88CCEE", "H"),
     "dpsgd-global-adapt": Style("#AA4499", "d"),
     "decoupled-post": Style("#EE3377", "p"),  # Paul Tol's vibrant magenta: the muted set is used up
+    "mozannar": Style("#EE7733", "*"),  # vibrant orange; fairlearn-eg's marker: its reduction
 }
 _SPARE_COLORS = (
     "#332288",

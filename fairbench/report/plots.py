@@ -205,9 +205,9 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path, hyper: str = UNTUN
     gamma_points = points[points["knob_name"] == "gamma"]
     lines = _linestyles(points)
     written = []
-    for (dataset, constraint), grp in gamma_points.groupby(["dataset", "constraint"]):
+    for (dataset, constraint, notion), grp, refs in _by_notion(gamma_points):
         private = grp[~grp["epsilon"].map(math.isinf)]
-        refs = grp[grp["epsilon"].map(math.isinf)]
+        grp = pd.concat([private, refs])
         epsilons = sorted(private["epsilon"].unique()) or [math.inf]
         fig, axes = new_figure(1, len(epsilons), (3.8, 3.8), sharey=True)
         top = float(max(grp["knob"].max(), grp["violation_mean"].max())) * 1.1
@@ -233,8 +233,26 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path, hyper: str = UNTUN
             ax.set_xlabel("γ (allowed disparity)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(f"{constraint.replace('_', ' ')} on test")
-        notion = ", ".join(sorted(grp["privacy_notion"].unique()))
         _suptitle(fig, dataset, constraint, notion, grp, hyper)
         legend_outside(fig, axes[0])
-        written.append(_save(fig, out_dir / f"{dataset}_{constraint}_satisfaction"))
+        own = notion not in ("full", "non-private")  # the other notions' figures say so
+        stem = f"{dataset}_{constraint}_satisfaction" + (f"_{notion}" if own else "")
+        written.append(_save(fig, out_dir / stem))
     return written
+
+
+def _by_notion(
+    points: pd.DataFrame,
+) -> list[tuple[tuple[str, str, str], pd.DataFrame, pd.DataFrame]]:
+    """Per (dataset, constraint, privacy notion of the private points): those points and the
+    panel's non-private references, so that no figure mixes two notions (non-private only:
+    one figure under "non-private")."""
+    out = []
+    for (dataset, constraint), grp in points.groupby(["dataset", "constraint"]):
+        is_ref = grp["epsilon"].map(math.isinf)
+        refs, private = grp[is_ref], grp[~is_ref]
+        notions = sorted(private["privacy_notion"].unique()) or ["non-private"]
+        for notion in notions:
+            mine = private[private["privacy_notion"] == notion]
+            out.append(((dataset, constraint, notion), mine, refs))
+    return out

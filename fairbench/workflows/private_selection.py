@@ -297,8 +297,7 @@ def whole_record_problem(method: Method) -> str | None:
             + (f" with {settings}" if settings else "")
             + f" is not (epsilon, delta)-DP for the whole record ({guarantee.shortfall()}); "
             "private selection releases whole-record DP only: "
-            + (f"set {fixes}" if fixes else "use its whole-record configuration")
-            + " or leave the method out"
+            + (f"set {fixes} or leave the method out" if fixes else "leave the method out")
         )
     if method.adaptive_plan:
         return (

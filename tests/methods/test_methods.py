@@ -43,6 +43,7 @@ def test_every_fairness_knob_is_declared_with_its_range_and_direction():
         "dpse": ("bound", "[0, inf)", looser),
         "dpnose": ("bound", "[0, inf)", looser),
         "fairlearn-eg": ("difference_bound", "(0, inf)", looser),
+        "mozannar": ("difference_bound", "(0, inf)", looser),
         "jagielski-post": ("gamma", "[0, 1]", looser),
         "decoupled-post": ("gamma", "[0, 1]", looser),
         "dp-erm-mitigation": ("lambda", "[0, inf)", stricter),

@@ -187,7 +187,7 @@ def test_the_mlp_width_defaults_to_32(method):
     assert linear_widths(build_model("mlp", 5, 2))[0] == (5, 32)
 
 
-@pytest.mark.parametrize("method", ["dpse", "dpnose", "fairlearn-eg"])
+@pytest.mark.parametrize("method", ["dpse", "dpnose", "fairlearn-eg", "mozannar"])
 def test_linear_only_methods_refuse_an_mlp_with_one_clear_error(method):
     with pytest.raises(ConfigError, match=f"{method} is linear-only") as refused:
         get_method(method, model="mlp")

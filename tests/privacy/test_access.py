@@ -67,6 +67,7 @@ CASES = {
         ({**ROUNDS, "mixture": "uniform"}, DP, 0.05),
         ({**ROUNDS, "privacy_notion": "sensitive-attribute"}, EO, 0.05),
     ],
+    "mozannar": [({"max_iter": 5}, DP, 0.05), ({"max_iter": 5}, EO, 0.05)],
 }
 
 

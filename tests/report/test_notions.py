@@ -1,0 +1,82 @@
+"""Privacy notions are never mixed: rows of whole-record DP and of local DP of the attribute
+(mozannar's `local-dp-attribute`) at the same dataset, constraint and epsilon land in separate
+Pareto panels, tables and figures; fig-literature gives the local notion its own panels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from fairbench.report import plots
+from fairbench.report.aggregate import pareto_points, trials_frame
+from fairbench.report.literature import NOTION_TITLES, NOTIONS, _base_notion
+from fairbench.report.tables import pareto_document
+from tests.report.test_reports import row
+
+LOCAL = "local-dp-attribute"
+
+
+def mixed_trials():
+    """raco-dp (full) better than mozannar (local) at every seed, and one non-private ref."""
+    rows = [row("raco-dp", seed=s, error=0.1, gap=0.01) for s in range(3)]
+    rows += [
+        {**row("mozannar", seed=s, error=0.3, gap=0.05), "privacy_notion": LOCAL} for s in range(3)
+    ]
+    rows += [row("erm", seed=s, epsilon=None, knob=None) for s in range(3)]
+    return trials_frame(rows)
+
+
+def test_pareto_panels_and_tables_keep_the_local_notion_apart():
+    points = pareto_points(mixed_trials())
+    private = points[points["epsilon"] == 1.0]
+    assert sorted(private["privacy_notion"]) == ["full", LOCAL]
+    # dominated by raco-dp were they one panel; alone in its own, mozannar is on its frontier
+    assert private.set_index("method")["on_frontier"].to_dict() == {
+        "raco-dp": True,
+        "mozannar": True,
+    }
+    text = pareto_document(points, "t", []).markdown()
+    assert f"privacy: {LOCAL}" in text and "privacy: full" in text
+
+
+def test_figures_draw_one_notion_each(monkeypatch):
+    drawn = {}
+
+    def keep(fig, stem: Path) -> Path:
+        drawn[stem.name] = sorted(
+            {label for ax in fig.axes for label in ax.get_legend_handles_labels()[1]}
+        )
+        plt.close(fig)
+        return stem
+
+    monkeypatch.setattr(plots, "_save", keep)
+    points = pareto_points(mixed_trials())
+    plots.trade_off_figures(points, Path("unused"))
+    assert set(drawn) == {"d_demographic_parity_full", f"d_demographic_parity_{LOCAL}"}
+    assert any("raco-dp" in label for label in drawn["d_demographic_parity_full"])
+    assert any("mozannar" in label for label in drawn[f"d_demographic_parity_{LOCAL}"])
+    assert not any("mozannar" in label for label in drawn["d_demographic_parity_full"])
+    assert not any("raco-dp" in label for label in drawn[f"d_demographic_parity_{LOCAL}"])
+    drawn.clear()
+    plots.satisfaction_figures(points, Path("unused"))  # gamma knobs: one figure per notion
+    assert set(drawn) == {
+        "d_demographic_parity_satisfaction",
+        f"d_demographic_parity_satisfaction_{LOCAL}",
+    }
+
+
+def test_literature_gives_the_local_notion_its_own_panels():
+    assert LOCAL in NOTIONS and NOTION_TITLES[LOCAL] == "local DP of the sensitive attribute"
+    assert _base_notion(LOCAL) == LOCAL and _base_notion("full+public-marginals") == "full"
+
+
+def test_the_ledger_summary_names_randomized_response():
+    from fairbench.privacy.events import randomized_response, to_dict
+    from fairbench.report.ledger_summary import mechanism
+
+    name, params = mechanism(to_dict(randomized_response(1.0, 2)))
+    assert name == "randomized response" and params["k"] == 2
+    assert params["p"] == pytest.approx(2 / (np.e + 1), rel=1e-12)
