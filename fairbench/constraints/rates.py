@@ -8,6 +8,9 @@ where P_k(S) is the (soft or hard) rate of predicting class k on S. Every (j, I)
 small extension of the paper's form, one weight vector per part, alpha_{j,I,q,k}: a rate whose
 counted classes depend on the part, such as a group's error rate over (label, group) parts).
 All quantities the methods need are then matrix products over a Q x K histogram of predictions.
+Methods that compare each group's rate with a reference rather than train on terms (PF-LD,
+dp-fermi, the Jagielski et al. methods) read the same constraints through their group-rate
+view (`group_rates.py`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ F_i = softmax(model(x_i)) and p_r the share of group r. Maximising over W gives 
 the ERMI between prediction and group, so lambda is the fairness knob (paper: 0 to 2.5). The
 equalized-odds variant (Appendix B, F.2.4) keeps one W per true label and uses p(s | y); the
 average of psi_i then maximises to the conditional ERMI. Multi-class labels and many groups
-work alike: W is k x l per cell.
+work alike: W is k x l per cell. The cells (one; each label for equalized odds) and the
+records' (cell, group) parts are the events of the constraint's group-rate view
+(`fairbench.constraints.group_rates`).
 
 Per step, on a Poisson batch (rate q), two Gaussian releases share the batch:
 - theta: sum of per-sample gradients of loss_i + lambda psi_i, each clipped to `clip_norm`,
@@ -94,6 +96,7 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
+from fairbench import constraints
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
@@ -503,8 +506,8 @@ class DPFermi(Method):
         noise: dict[str, float] = {"count": hp.marginal_noise} if hp.marginals == "private" else {}
         if len(sigmas) == 2 and sigmas[1] != sigma:
             noise["w_gradient"] = sigmas[1]
-        cells = shape.n_classes if fairness.constraint == "equalized_odds" else 1
-        details: dict[str, float] = {"cells": cells}
+        rates = constraints.group_rates(fairness.constraint, shape.n_classes, shape.n_groups)
+        details: dict[str, float] = {"cells": rates.n_events}
         if len(sigmas) == 2 and sigmas[1] != sigma:
             details["w_noise_multiplier"] = sigmas[1]
         budget = schedule.budget(steps, **noise)
@@ -558,8 +561,9 @@ class DPFermi(Method):
         s = data.per_record(lambda task: task.train.s, torch.int64)
         task = trials[0].task
         n_cells, k, l = plan.details["cells"], task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
-        cell = data.y if n_cells > 1 else torch.zeros_like(data.y)
-        part, event = cell * k + s, self._count_event(lams[0])  # each record's (cell, group)
+        rates = constraints.group_rates(trials[0].fairness.constraint, l, k)
+        cell, part = rates.cells(data.y), rates.parts(data.y, s)  # each record's (cell, group)
+        event = self._count_event(lams[0])
         marginals = [
             self._marginals(t.session, data.trial_rows(part, i), (n_cells, k), event)
             for i, t in enumerate(trials)

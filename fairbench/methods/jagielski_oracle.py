@@ -22,7 +22,9 @@ A zero-sum game between a Learner and an Auditor, played for T rounds (`iteratio
    Laplace(b_A) (each record in one cell: l1 sensitivity 1). The constraint values
    gamma(h_t) = +/- (P[yhat = 1 | e, g] - P[yhat = 1 | e]) (fairlearn's moments: each group
    against the overall, label-conditional for equalized odds) are post-processing of it and
-   of the counts; theta <- theta + eta (gamma - gamma_bound), eta = `eta0` / B.
+   of the counts; theta <- theta + eta (gamma - gamma_bound), eta = `eta0` / B. Events, the
+   shares p_e, p_{e,g} and the gaps are read through the constraint's group-rate view
+   (`fairbench.constraints.group_rates`).
 5. Output a mixture of h_1..h_T (`Fitted.components`), a randomized classifier that never
    reads A at test time: the uniform one (`mixture: uniform`, fairlearn's Q_EG), or
    (`mixture: lp`) the weights of fairlearn's linear program (Q_LP: least error subject to
@@ -82,6 +84,7 @@ from pydantic import Field
 from scipy.optimize import linprog
 from torch import nn
 
+from fairbench import constraints
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.cgoo import WeightedCrossEntropy, component
@@ -149,34 +152,20 @@ def laplace_scale(releases: int, target: float, delta: float) -> float:
     return hi
 
 
-def event_matrix(constraint: str, device: torch.device) -> torch.Tensor:
-    """(events, labels): which labels make up each event of the moment (fairlearn's): one
-    event `all` for demographic parity, one per label for equalized odds."""
-    if constraint == "equalized_odds":
-        return torch.eye(2, device=device)
-    return torch.ones((1, 2), device=device)
-
-
-def shares(counts: torch.Tensor, events: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """From counts (T, groups, 2): p_{e,g} (T, E, groups) and p_e (T, E), as fairlearn's
-    `prob_group_event` and `prob_event` (fractions of all records)."""
-    total = counts.sum(dim=(1, 2)).view(-1, 1, 1)
-    p_eg = torch.einsum("tgy,ey->teg", counts, events) / total
-    return p_eg, p_eg.sum(dim=-1)
-
-
 def learner_costs(
-    counts: torch.Tensor, lam: torch.Tensor, events: torch.Tensor
+    counts: torch.Tensor, lam: torch.Tensor, events: constraints.DeviceEvents
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The Learner's cost-sensitive problem for multipliers lam (T, 2, E, groups) (signs +, -):
-    per (group, label) cell, (T, groups, 2) weights and targets, and the (T,) weight of the
-    constraint-free error term (the public part under the sensitive-attribute notion)."""
-    p_eg, p_e = shares(counts, events)
+    """The Learner's cost-sensitive problem for multipliers lam (T, 2, E, groups) (signs +, -)
+    on (group, label) counts (T, groups, 2): per cell, (T, groups, 2) weights and targets, and
+    the (T,) weight of the constraint-free error term (the public part under the
+    sensitive-attribute notion). p_{e,g} and p_e are fairlearn's `prob_group_event` and
+    `prob_event` (fractions of all records)."""
+    p_eg = events.per_event(counts) / counts.sum(dim=(1, 2)).view(-1, 1, 1)  # (T, E, groups)
     signed = lam[:, 0] - lam[:, 1]  # (T, E, groups)
     # per label y: its event's sum_g lambda_s / p_e, minus the own group's lambda_s / p_eg
-    per_event = signed.sum(dim=-1) / p_e  # (T, E)
+    per_event = signed.sum(dim=-1) / p_eg.sum(dim=-1)  # (T, E)
     own = signed / p_eg  # (T, E, groups)
-    label_event = events.argmax(dim=0)  # (2,): each label's event
+    label_event = events.of_label  # (2,): each label's event
     constraint = per_event[:, label_event].unsqueeze(1) - own[:, label_event].transpose(1, 2)
     error = torch.arange(2, device=counts.device) * 2.0 - 1  # 2y - 1, made on the device
     sw = (error + constraint).contiguous()  # (T, groups, 2)
@@ -184,12 +173,13 @@ def learner_costs(
     return sw.abs() * normaliser.view(-1, 1, 1), (sw > 0).long(), normaliser
 
 
-def violations(positives: torch.Tensor, counts: torch.Tensor, events: torch.Tensor) -> torch.Tensor:
+def violations(
+    positives: torch.Tensor, counts: torch.Tensor, events: constraints.DeviceEvents
+) -> torch.Tensor:
     """gamma (T, 2, E, groups): P[yhat = 1 | e, g] - P[yhat = 1 | e] and its negative, from
-    positive-prediction counts and (group, label) counts, both (T, groups, 2)."""
-    pos = torch.einsum("tgy,ey->teg", positives, events)
-    size = torch.einsum("tgy,ey->teg", counts, events)
-    gap = pos / size - (pos.sum(dim=-1) / size.sum(dim=-1)).unsqueeze(-1)
+    positive-prediction counts and (group, label) counts, both (T, groups, 2); the counts are
+    floored at 1 already, so the gaps' floor changes nothing."""
+    gap = events.gaps(positives, counts, 1.0)
     return torch.stack([gap, -gap], dim=1)
 
 
@@ -214,19 +204,19 @@ class Game:
 
     def __init__(
         self,
-        constraint: str,
+        rates: constraints.GroupRates,
         counts: torch.Tensor,
         bounds: torch.Tensor,
         gammas: torch.Tensor,
         eta0: float,
         release: Callable[[int], torch.Tensor],
     ) -> None:
-        self.events = event_matrix(constraint, counts.device)
+        self.events = rates.on(counts.device)
         self.counts, self.release = counts, release
         self.bounds, self.gammas = bounds.view(-1, 1, 1, 1), gammas.view(-1, 1, 1, 1)
         self.eta = eta0 / self.bounds
         n_trials, groups = counts.shape[:2]
-        self.theta = torch.zeros((n_trials, 2, len(self.events), groups), device=counts.device)
+        self.theta = torch.zeros((n_trials, 2, rates.n_events, groups), device=counts.device)
         self.errors: list[torch.Tensor] = []  # per round: each trial's h_t's noisy error
         self.values: list[torch.Tensor] = []  # and its noisy constraint values
         self.lam = self.multipliers()
@@ -398,7 +388,7 @@ class JagielskiOracle(Method):
         gammas = [t.fairness.knob_value for t in trials]
         bounds = torch.tensor([hp.bound or 1 / g for g in gammas], device=dev)
         game = Game(
-            plan.details["constraint"],
+            constraints.group_rates(plan.details["constraint"], 2, k),
             torch.stack(counts),
             bounds,
             torch.tensor(gammas, device=dev),

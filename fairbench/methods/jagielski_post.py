@@ -13,8 +13,10 @@ Oprea, Roth, Sharifi-Malvajerdi and Ullman, ICML 2019, Sec. 4): Hardt, Price and
    (post-processing): minimise the expected error subject to, for every pair of groups,
    |R_a(p) - R_b(p)| <= gamma + slack for each rate R the constraint names: FPR and TPR
    (`equalized_odds`), TPR (`false_negative_rate_parity`, equal opportunity) or the positive
-   rate (`demographic_parity`, the variant the paper's framework admits). The constant
-   predictor is always feasible, so the program always has a solution.
+   rate (`demographic_parity`, the variant the paper's framework admits). The rates are the
+   events of the constraint's group-rate view (`fairbench.constraints.group_rates`), read
+   from the histogram by it. The constant predictor is always feasible, so the program
+   always has a solution.
 4. Prediction draws the output from p[h(x), a]: the sensitive attribute is needed at test
    time (`sensitive_at_test`: every row, table and legend says so). Evaluation is exact (each
    record weighted by its output probabilities), as for every randomized classifier here.
@@ -61,6 +63,8 @@ from dp_accounting import dp_event
 from pydantic import Field
 from scipy.optimize import linprog
 
+from fairbench import constraints
+from fairbench.constraints import GroupRates
 from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
@@ -110,29 +114,21 @@ class JagielskiPostHparams(CalibratedHparams):
     )
 
 
-def rate_matrices(counts: np.ndarray, constraint: str) -> tuple[np.ndarray, np.ndarray]:
-    """From counts c[yhat, a, y]: the rates the constraint equalises as linear functions of
-    p[yhat, a]. Returns (P, n): P[r, a] = share of group a's records in rate r's cell that h
-    predicts 1 (rate r of group a is p[1, a] P[r, a] + p[0, a] (1 - P[r, a])), and n[r, a] the
-    records of that cell. Rates: FPR, TPR (equalized odds); TPR (equal opportunity); the
-    positive rate (demographic parity)."""
-    cells = {
-        "equalized_odds": [[0], [1]],
-        "false_negative_rate_parity": [[1]],
-        "demographic_parity": [[0, 1]],
-    }[constraint]
-    n = np.stack([counts[:, :, ys].sum(axis=(0, 2)) for ys in cells])
-    ones = np.stack([counts[1][:, ys].sum(axis=1) for ys in cells])
-    return ones / n, n
+def rate_matrices(counts: np.ndarray, rates: GroupRates) -> tuple[np.ndarray, np.ndarray]:
+    """From counts c[yhat, a, y]: the rates the constraint equalises (one per event of its
+    group-rate view) as linear functions of p[yhat, a]. Returns (P, n): P[r, a] = share of
+    group a's records in rate r's event that h predicts 1 (rate r of group a is
+    p[1, a] P[r, a] + p[0, a] (1 - P[r, a])), and n[r, a] the records of that event."""
+    return rates.positive_rates(counts[1], counts.sum(axis=0))
 
 
-def derived_predictor(counts: np.ndarray, constraint: str, bound: np.ndarray) -> np.ndarray:
+def derived_predictor(counts: np.ndarray, rates: GroupRates, bound: np.ndarray) -> np.ndarray:
     """Hardt et al.'s linear program on counts c[yhat, a, y]: p[yhat, a] in [0, 1] minimising
     the expected error, with every pair of groups within `bound[r]` on each rate r."""
     k = counts.shape[1]
     # error = sum_{yhat,a} p c[yhat,a,0] + (1 - p) c[yhat,a,1]: linear in p up to a constant
     cost = (counts[:, :, 0] - counts[:, :, 1]).reshape(-1)
-    shares, _ = rate_matrices(counts, constraint)
+    shares, _ = rate_matrices(counts, rates)
     rows, limits = [], []
     for r, share in enumerate(shares):
         for a in range(k):
@@ -283,11 +279,11 @@ class JagielskiPost(Method):
             stack.descend(grads, step_size)
 
         def outcomes() -> list[Outcome]:
-            gamma, constraint = trial.fairness.knob_value, trial.fairness.constraint
-            scale = plan.info["laplace_scale"]
+            gamma, scale = trial.fairness.knob_value, plan.info["laplace_scale"]
+            rates = constraints.group_rates(trial.fairness.constraint, 2, task.n_groups)
             counts = self._histogram(models[0], post_records, task.n_groups, session, scale)
-            bound, slack = self._bound(counts, constraint, gamma, scale, session)
-            derived = derived_predictor(counts, constraint, bound)
+            bound, slack = self._bound(counts, rates, gamma, scale)
+            derived = derived_predictor(counts, rates, bound)
             info = {
                 "gamma": gamma,
                 "slack": slack,
@@ -313,15 +309,10 @@ class JagielskiPost(Method):
         return noisy.double().clamp(min=1.0).reshape(2, n_groups, 2).cpu().numpy()
 
     def _bound(
-        self,
-        counts: np.ndarray,
-        constraint: str,
-        gamma: float,
-        scale: float,
-        session: PrivacySession,
+        self, counts: np.ndarray, rates: GroupRates, gamma: float, scale: float
     ) -> tuple[np.ndarray, list[float]]:
         """Per equalised rate: gamma, plus the paper's slack when `beta` is set."""
-        _, n = rate_matrices(counts, constraint)
+        _, n = rate_matrices(counts, rates)
         slack = np.zeros(len(n))
         if self.hparams.beta is not None:
             drawn = scale * (2.0 if self.sensitive else 1.0)  # the noise scale actually drawn

@@ -13,6 +13,9 @@ primal descent on theta, dual ascent lambda <- min(lambda + lr_dual nu, lambda_m
 only grows, as in the paper). The knob `alpha` is the tolerance: alpha = 0 is the paper's
 formulation (no tolerance, one point per budget); alpha > 0 is a fairbench extension
 (methods-notes §4), which gives PF-LD a trade-off curve like the other methods.
+Cells, scores, the (cell, group) parts and the gaps are read through the constraint's
+group-rate view (`fairbench.constraints.group_rates`: its events are the cells, its score
+columns the histogram row's scores), not from tables of this module's own.
 
 Per-record decomposition (methods-notes §4, "Privacy (ii)"). The gradient of L is a sum of
 per-record terms v_i = grad loss_i + sum_m w_im grad s_im with
@@ -88,7 +91,6 @@ No paper bound is reported: its theorem was not available to us.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -96,6 +98,7 @@ import torch.nn.functional as F
 from dp_accounting import dp_event
 from pydantic import Field, model_validator
 
+from fairbench import constraints
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
@@ -115,77 +118,11 @@ from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums, laplace_histograms
-from fairbench.task import Task
 
 GRADIENT = "pf-ld: Gaussian sum of clipped Lagrangian gradients"
 GROUP_GRADIENT = "pf-ld: Gaussian sum of clipped group-dependent constraint gradients"
 HISTOGRAM = "pf-ld: Laplace histogram of the dual statistics"
 COUNTS = "pf-ld: Laplace (cell, group) counts"
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a constraint reads the data: gaps are taken within `n_cells` cells (one; each
-    label for equalized odds) for each of `n_groups` groups; parts are (cell, group)."""
-
-    constraint: str
-    n_cells: int
-    n_groups: int
-    n_classes: int
-
-    @classmethod
-    def of(cls, constraint: str, task: Task) -> Layout:
-        cells = task.n_classes if constraint == "equalized_odds" else 1
-        return cls(constraint, cells, task.n_groups, task.n_classes)
-
-    @property
-    def n_parts(self) -> int:
-        return self.n_cells * self.n_groups
-
-    @property
-    def scores(self) -> slice:
-        """The columns of a histogram row that are scores s (the rest only count): a slice, so
-        that reading them on a GPU copies no index from the host."""
-        if self.constraint == "accuracy_parity":
-            return slice(0, 1)
-        return slice(1, 2) if self.n_classes == 2 else slice(0, self.n_classes)
-
-    @property
-    def n_scores(self) -> int:
-        return self.scores.stop - self.scores.start
-
-    @property
-    def width(self) -> int:
-        """The length of a histogram row."""
-        return 2 if self.constraint == "accuracy_parity" else self.n_classes
-
-    def rows(self, soft: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Each record's histogram row, l1 norm 1: its softmax, or (1 - p_y, p_y)."""
-        if self.constraint != "accuracy_parity":
-            return soft
-        right = soft.gather(-1, y.unsqueeze(-1))
-        return torch.cat([1 - right, right], dim=-1)
-
-    def class_coefficients(self, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-record score weights w (..., B, M) as class weights c (..., B, K) with
-        sum_k c_k p_k = sum_m w_m s_m (up to a constant for accuracy parity)."""
-        if self.constraint == "accuracy_parity":  # s = 1 - p_y = sum_{k != y} p_k
-            return w * (1 - one_hot(y, self.n_classes, w.dtype))
-        if self.n_classes == 2:
-            return torch.cat([torch.zeros_like(w), w], dim=-1)
-        return w
-
-    def counts(self, hist: torch.Tensor, floor: float) -> torch.Tensor:
-        """(..., parts, W) -> (..., cells, groups) counts (row totals), floored (public)."""
-        return hist.sum(dim=-1).unflatten(-1, (self.n_cells, self.n_groups)).clamp(min=floor)
-
-    def gaps(self, hist: torch.Tensor, floor: float) -> torch.Tensor:
-        """(..., parts, W) summed rows -> (..., cells, groups, scores) group-vs-cell gaps."""
-        sums = hist[..., self.scores].unflatten(-2, (self.n_cells, self.n_groups))
-        counts = hist.sum(dim=-1).unflatten(-1, (self.n_cells, self.n_groups))
-        group = sums / counts.clamp(min=floor).unsqueeze(-1)
-        cell = sums.sum(dim=-2) / counts.sum(dim=-1).clamp(min=floor).unsqueeze(-1)
-        return group - cell.unsqueeze(-2)
 
 
 class Lagrangian:
@@ -223,16 +160,16 @@ class Dual:
 
     def __init__(
         self,
-        layout: Layout,
+        rates: constraints.GroupRates,
         alpha: torch.Tensor,
         counts: torch.Tensor,
         lr_dual: float,
         lambda_max: float,
     ) -> None:
         """`alpha` (T,); `counts` (T, cells, groups): the noisy, floored counts."""
-        self.layout, self.lr, self.cap = layout, lr_dual, lambda_max
+        self.rates, self.lr, self.cap = rates, lr_dual, lambda_max
         self.alpha = alpha.view(-1, 1, 1, 1)
-        shape = (*counts.shape, layout.n_scores)
+        shape = (*counts.shape, rates.n_scores)
         self.lam = torch.zeros(shape, device=counts.device)
         self.gate = torch.zeros(shape, device=counts.device)
         self.gap = torch.zeros(shape, device=counts.device)
@@ -242,17 +179,17 @@ class Dual:
     def update(self, hist: torch.Tensor, floor: float, fresh_counts: bool) -> None:
         """Dual ascent on the gaps of `hist` (T, parts, W), noisy sums of histogram rows;
         `fresh_counts`: its row totals replace the counts (a full-data release)."""
-        self.gap = self.layout.gaps(hist, floor)
+        self.gap = self.rates.gaps(hist, floor)
         excess = self.gap.abs() - self.alpha
         self.lam = (self.lam + self.lr * excess.clamp(min=0)).clamp(max=self.cap)
         self.gate = torch.sign(self.gap) * (excess > 0)
         if fresh_counts:
-            self.counts = self.layout.counts(hist, floor)
+            self.counts = self.rates.counts(hist, floor)
         self.weights()
 
     def gates(self, hist: torch.Tensor, floor: float) -> None:
         """e from one batch's noisy histogram (T, parts, W)."""
-        gap = self.layout.gaps(hist, floor)
+        gap = self.rates.gaps(hist, floor)
         self.gate = torch.sign(gap) * (gap.abs() > self.alpha)
         self.weights()
 
@@ -407,32 +344,32 @@ class PFLD(Method):
         """Each trial's counts (full notion: one Laplace release), then the notion's step."""
         hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
         alphas = [0.0 if t.fairness.knob is None else float(t.fairness.knob) for t in trials]
-        layout = Layout.of(plan.details["constraint"], trials[0].task)
+        task = trials[0].task
+        rates = constraints.group_rates(plan.details["constraint"], task.n_classes, task.n_groups)
         models = init_models(hp, trials)
         stack = stack_models(models)
         data = StackedData.of(trials)
         s = data.per_record(lambda task: task.train.s, torch.int64)
-        cell = data.y if layout.n_cells > 1 else torch.zeros_like(data.y)
-        part = cell * layout.n_groups + s
+        cell, part = rates.cells(data.y), rates.parts(data.y, s)
         counts = []
         for t, trial in enumerate(trials):
             if self.sensitive:  # the counts come with each epoch's dual release
-                counts.append(torch.ones((layout.n_cells, layout.n_groups), device=dev))
+                counts.append(torch.ones((rates.n_events, rates.n_groups), device=dev))
                 continue
             release = trial.session.laplace_histogram(COUNTS, hp.count_scale)
             ones = torch.ones((data.n, 1), device=dev)
             counts.append(
-                layout.counts(release(ones, data.trial_rows(part, t), layout.n_parts), hp.min_count)
+                rates.counts(release(ones, data.trial_rows(part, t), rates.n_parts), hp.min_count)
             )
         alpha = torch.tensor(alphas, device=dev)
-        dual = Dual(layout, alpha, torch.stack(counts), hp.lr_dual, hp.lambda_max)
+        dual = Dual(rates, alpha, torch.stack(counts), hp.lr_dual, hp.lambda_max)
         sessions = [t.session for t in trials]
         if self.sensitive:
             step = self._sensitive_step(
-                stack, models, data, layout, (cell, part), dual, schedule, sessions
+                stack, models, data, rates, (cell, part), dual, schedule, sessions
             )
         else:
-            step = self._full_step(stack, data, layout, (cell, part), dual, schedule, sessions)
+            step = self._full_step(stack, data, rates, (cell, part), dual, schedule, sessions)
 
         def outcomes() -> list[Outcome]:
             return [
@@ -448,14 +385,14 @@ class PFLD(Method):
 
         return TrainingProgram(models, step, outcomes)
 
-    def _full_step(self, stack, data, layout, per_record, dual, schedule, sessions):
+    def _full_step(self, stack, data, rates, per_record, dual, schedule, sessions):
         """Per step: the dual histogram and the clipped Lagrangian gradients, both noised,
         on one Poisson batch; once per epoch the dual update from the epoch's histograms."""
         hp = self.hparams
         cell, part = per_record
         sums = [x.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier) for x in sessions]
         histograms = [x.laplace_histogram(HISTOGRAM, hp.laplace_scale) for x in sessions]
-        epoch = torch.zeros((len(sessions), layout.n_parts, layout.width), device=data.device)
+        epoch = torch.zeros((len(sessions), rates.n_parts, rates.row_width), device=data.device)
         period, step_size = self.period(data.n), hp.lr / expected_batch(schedule, data.n)
         done = 0
 
@@ -467,16 +404,16 @@ class PFLD(Method):
             soft = class_softmax(logits)
             hist = laplace_histograms(
                 histograms,
-                rows.masked(layout.rows(soft, yb)),
+                rows.masked(rates.rows(soft, yb)),
                 pb,
-                layout.n_parts,
+                rates.n_parts,
                 rows.sizes,
                 batches,
             )
             epoch.add_(hist)
             dual.gates(hist, hp.min_count)
             w = Dual.per_record(dual.group, pb) + Dual.per_record(dual.shared, cb)
-            loss = Lagrangian(yb, layout.class_coefficients(w, yb), soft)
+            loss = Lagrangian(yb, rates.class_weights(w, yb), soft)
             contributions = stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
             stack.descend(gaussian_sums(sums, contributions, batches), step_size)
             done += 1
@@ -486,7 +423,7 @@ class PFLD(Method):
 
         return step
 
-    def _sensitive_step(self, stack, models, data, layout, per_record, dual, schedule, sessions):
+    def _sensitive_step(self, stack, models, data, rates, per_record, dual, schedule, sessions):
         """Per step: the public part of the gradient exact, the group part clipped and noised;
         once per epoch the dual statistics on the full training data, noised, and the update."""
         hp = self.hparams
@@ -510,8 +447,8 @@ class PFLD(Method):
             x_sq = rows.rows(data.x_sq)
             logits = stack.logits(xb)
             soft = class_softmax(logits)
-            shared = layout.class_coefficients(Dual.per_record(dual.shared, cb), yb)
-            group = layout.class_coefficients(Dual.per_record(dual.group, pb), yb)
+            shared = rates.class_weights(Dual.per_record(dual.shared, cb), yb)
+            group = rates.class_weights(Dual.per_record(dual.group, pb), yb)
             public = stack.contributions(xb, Lagrangian(yb, shared, soft), logits, rows, x_sq)
             private = stack.contributions(
                 xb, Lagrangian(yb, group, soft, with_loss=False), logits, rows, x_sq
@@ -530,9 +467,9 @@ class PFLD(Method):
                     )
                 hist = laplace_histograms(
                     histograms,
-                    layout.rows(soft_all, y_all),
+                    rates.rows(soft_all, y_all),
                     parts_all,
-                    layout.n_parts,
+                    rates.n_parts,
                     None,
                     [None] * len(sessions),
                 )

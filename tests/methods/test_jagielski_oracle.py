@@ -13,7 +13,7 @@ import torch
 from dp_accounting import dp_event
 
 import fairbench.methods.jagielski_oracle as jo
-from fairbench import metrics
+from fairbench import constraints, metrics
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import FairnessSpec, get_method
@@ -58,7 +58,9 @@ def test_weights_and_relabelling_by_hand_on_four_records():
     counts = torch.ones((1, 2, 2))
     lam = torch.zeros((1, 2, 2, 2))  # (trial, sign, event = label, group)
     lam[0, 0, 1, 0] = 0.5
-    weights, targets, public = jo.learner_costs(counts, lam, jo.event_matrix(EO, "cpu"))
+    weights, targets, public = jo.learner_costs(
+        counts, lam, constraints.group_rates(EO, 2, 2).on("cpu")
+    )
     assert weights[0].tolist() == [[1.0, 0.0], [1.0, 2.0]]
     assert targets[0].tolist() == [[0, 0], [0, 1]]
     assert public.tolist() == [1.0]
@@ -66,7 +68,9 @@ def test_weights_and_relabelling_by_hand_on_four_records():
     # -0.25 + 0.5 [a = 1] to every record's cost: sw = -1.25, 0.75, -0.75, 1.25 (sum 4)
     lam = torch.zeros((1, 2, 1, 2))
     lam[0, 1, 0, 1] = 0.25
-    weights, targets, public = jo.learner_costs(counts, lam, jo.event_matrix(DP, "cpu"))
+    weights, targets, public = jo.learner_costs(
+        counts, lam, constraints.group_rates(DP, 2, 2).on("cpu")
+    )
     assert torch.allclose(weights[0], torch.tensor([[1.25, 0.75], [0.75, 1.25]]))
     assert targets[0].tolist() == [[0, 1], [0, 1]]
 
@@ -97,7 +101,7 @@ def test_costs_and_violations_are_fairlearns(constraint):
     counts, positives = torch.zeros((1, 3, 2)), torch.zeros((1, 3, 2))
     np.add.at(counts[0].numpy(), (a, y), 1.0)
     np.add.at(positives[0].numpy(), (a, y), h.astype(np.float32))
-    matrix = jo.event_matrix(constraint, "cpu")
+    matrix = constraints.group_rates(constraint, 2, 3).on("cpu")
     weights, targets, _ = jo.learner_costs(counts, ours, matrix)
     assert np.allclose(weights[0, a, y], n * np.abs(signed) / np.abs(signed).sum(), atol=1e-5)
     assert np.array_equal(targets[0, a, y], signed > 0)

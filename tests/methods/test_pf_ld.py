@@ -8,12 +8,12 @@ import pytest
 import torch
 from dp_accounting import dp_event
 
-from fairbench import metrics
+from fairbench import constraints, metrics
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import FairnessSpec, get_method
 from fairbench.methods.engine import Schedule, StackedData, init_models
-from fairbench.methods.pf_ld import Dual, Lagrangian, Layout
+from fairbench.methods.pf_ld import Dual, Lagrangian
 from fairbench.methods.trial import Trial
 from fairbench.models.stacked import stack_models
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
@@ -63,11 +63,11 @@ def one_step(method, task, constraint, session, *, lam, alpha=0.0, counts=None, 
     before = [p.detach().clone() for p in model.parameters()]
     stack = stack_models([model])
     data = StackedData([task], session.device)
-    layout = Layout.of(constraint, task)
+    rates = constraints.group_rates(constraint, task.n_classes, task.n_groups)
     s = data.per_record(lambda t: t.train.s, torch.int64)
-    cell = data.y if layout.n_cells > 1 else torch.zeros_like(data.y)
-    counts = torch.ones((1, layout.n_cells, layout.n_groups)) if counts is None else counts
-    dual = Dual(layout, torch.tensor([alpha]), counts, hp.lr_dual, hp.lambda_max)
+    cell = data.y if rates.n_events > 1 else torch.zeros_like(data.y)
+    counts = torch.ones((1, rates.n_events, rates.n_groups)) if counts is None else counts
+    dual = Dual(rates, torch.tensor([alpha]), counts, hp.lr_dual, hp.lambda_max)
     dual.lam = lam.view(dual.lam.shape).clone()
     if gate is not None:
         dual.gate = gate.view(dual.gate.shape).clone()
@@ -77,9 +77,7 @@ def one_step(method, task, constraint, session, *, lam, alpha=0.0, counts=None, 
         session.submit_plan(method._ledger(schedule, data.n))
     build = method._sensitive_step if method.sensitive else method._full_step
     extra = (stack, [model]) if method.sensitive else (stack,)
-    step = build(
-        *extra, data, layout, (cell, cell * layout.n_groups + s), dual, schedule, [session]
-    )
+    step = build(*extra, data, rates, (cell, cell * rates.n_groups + s), dual, schedule, [session])
     step(poisson_rounds([session], data.n, 1.0)())
     return before, [p.detach().clone() for p in model.parameters()]
 
@@ -147,9 +145,9 @@ def test_full_notion_releases_the_clipped_sum_of_hand_computed_v_i(task, constra
     v_i = grad loss_i + w_i grad s_i, gates from the batch's own gaps (exact here)."""
     small = tiny(task)
     method = get_method("pf-ld", batch_size=64, clip_norm=0.5, lr=0.3)
-    layout = Layout.of(constraint, small)
-    lam = torch.rand((layout.n_cells, layout.n_groups), generator=torch.Generator().manual_seed(1))
-    counts = torch.tensor([[3.5, 8.2], [2.7, 6.1]])[: layout.n_cells]
+    rates = constraints.group_rates(constraint, small.n_classes, small.n_groups)
+    lam = torch.rand((rates.n_events, rates.n_groups), generator=torch.Generator().manual_seed(1))
+    counts = torch.tensor([[3.5, 8.2], [2.7, 6.1]])[: rates.n_events]
     before, after = one_step(
         method, small, constraint, PrivacySession(0), lam=lam, counts=counts[None]
     )
@@ -171,10 +169,10 @@ def test_sensitive_notion_clips_only_the_group_part(task, constraint):
     method = get_method(
         "pf-ld", batch_size=64, clip_norm=0.05, lr=0.3, privacy_notion="sensitive-attribute"
     )
-    layout = Layout.of(constraint, small)
-    shape = (layout.n_cells, layout.n_groups)
+    rates = constraints.group_rates(constraint, small.n_classes, small.n_groups)
+    shape = (rates.n_events, rates.n_groups)
     lam = torch.full(shape, 2.0)
-    gate = torch.tensor([[1.0, -1.0], [0.0, 1.0]])[: layout.n_cells]
+    gate = torch.tensor([[1.0, -1.0], [0.0, 1.0]])[: rates.n_events]
     before, after = one_step(method, small, constraint, PrivacySession(0), lam=lam, gate=gate)
     group_w, shared_w = hand_weights(small, constraint, None, lam, torch.ones(shape), 0.0, gate)
     public = per_record_gradients(before, small, constraint, shared_w)
