@@ -77,12 +77,37 @@ def bench(
     keep_run: Annotated[
         Path | None, typer.Option(help="--figure: run into this new directory and keep it")
     ] = None,
+    stacks: Annotated[
+        str | None,
+        typer.Option(
+            help="instead, time this tune config's draws of dp-sgd and raco-dp at --epsilon as "
+            "one program per draw and as one stacked program"
+        ),
+    ] = None,
+    epsilon: Annotated[float, typer.Option(help="--stacks: the target epsilon")] = 1.0,
+    draws: Annotated[int, typer.Option(min=1, help="--stacks: draws per method")] = 16,
 ) -> None:
     """Median wall time per training step of each method, and ratios to DP-SGD; or, with
     --figure, the wall time of a whole figure run, in seconds and in DP-SGD steps timed in the
-    same process (--rounds, --batch-size), and each method's and phase's share."""
-    from fairbench.workflows.bench import fit_times, step_times, write_step_table
+    same process (--rounds, --batch-size), and each method's and phase's share; or, with
+    --stacks, what stacking a tune's draws into one program saves (`bench.stack_times`)."""
+    from fairbench.workflows.bench import fit_times, stack_times, step_times, write_step_table
 
+    if stacks is not None:
+        result = stack_times(stacks, epsilon=epsilon, draws=draws)
+        if as_json:
+            print(json.dumps(result, indent=2))
+            return
+        for name, row in result["methods"].items():
+            medians = row["median_seconds"]
+            console.print(
+                f"{name}: {row['draws']} draws of {stacks} at epsilon {epsilon} "
+                f"({result['dataset']}, n_train {result['n_train']}): one program per draw "
+                f"{medians['programs']:.2f} s, one stacked program {medians['stacked']:.2f} s "
+                f"(median of {result['repeats']}), ratio {row['ratio']:.2f}",
+                highlight=False,
+            )
+        return
     if figure is not None:
         _bench_figure(figure, out, workers, as_json, rounds, batch_size, keep_run)
         return

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import ValidationError
 
@@ -38,6 +38,9 @@ from fairbench.privacy.session import (
     check_plan,
 )
 from fairbench.task import Task
+
+if TYPE_CHECKING:  # the engine builds on this module
+    from fairbench.methods.engine import Stack
 
 
 class Method(ABC):
@@ -80,6 +83,11 @@ class Method(ABC):
     # outputs), so the plan it submits first is not all it spends; private selection, which
     # accounts a candidate by its plan before it trains, refuses it
     adaptive_plan: ClassVar[bool] = False
+    # the hyper-parameters whose values may differ between the trials of one stacked program
+    # (`stack_program` reads each trial's own): a tune's draws of the method then train as one
+    # program. Every other hyper-parameter must be equal within a stack (the runner groups by
+    # them, `runner.stacking`). Empty: trials stack only with equal hyper-parameters and plans
+    mixed: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **hparams: Any) -> None:
         try:
@@ -130,6 +138,13 @@ class Method(ABC):
         step over one round of their batches, and what each reports afterwards."""
         raise NotImplementedError(f"method {self.name} declares no program")
 
+    def stack_program(self, stack: Stack) -> Any:
+        """The `engine.TrainingProgram` of a `Stack` whose trials' hyper-parameters differ in
+        the `mixed` keys (so do their plans): a method that declares `mixed` reads each
+        trial's own (`Stack.values`). The engine calls `program` where a stack's trials share
+        one configuration and plan."""
+        raise NotImplementedError(f"method {self.name} declares no mixed hyperparameters")
+
     def stackable(self) -> bool:
         """Whether trials of this method whose plans are equal (these hyperparameters, one
         budget, any seeds and knob values) train as one stacked program."""
@@ -178,25 +193,30 @@ class Method(ABC):
             )
         return self.fit_stack([Trial(task, fairness, session)])[0]
 
-    def fit_stack(self, trials: list[Trial]) -> list[Fitted]:
+    def fit_stack(self, trials: list[Trial], methods: list[Method] | None = None) -> list[Fitted]:
         """`fit` for several trials of this method at once (one program per group of equal
-        plans where the method stacks), each with its own session; each trial's ledger is
-        checked against its own plan."""
-        from fairbench.methods.engine import fit_trials  # the engine builds on this module
+        plans, or of hyper-parameters equal but for the `mixed` keys, where the method
+        stacks), each with its own session; `methods`: each trial's own configuration of this
+        method (default: this one for all). Each trial's ledger is checked against its own
+        plan."""
+        from fairbench.methods.engine import fit_stacks  # the engine builds on this module
 
         if self.private and any(t.session.budget is None for t in trials):
             raise ConfigError(f"method {self.name} is private: give it a target epsilon")
+        configured = [self] * len(trials) if methods is None else methods
+        if any(type(m) is not type(self) for m in configured):
+            raise ValueError(f"a stack of method {self.name} holds trials of another method")
         try:
-            fits = fit_trials(self, trials)
+            fits = fit_stacks(configured, trials)
         except PrivacyContractError as refused:  # a draw outside the plan: name the method
             raise PrivacyContractError(f"method {self.name}: {refused}") from None
-        for fitted, trial in zip(fits, trials, strict=True):
+        for fitted, trial, method in zip(fits, trials, configured, strict=True):
             session = trial.session
             try:
                 session.checks.verify()  # what the device recorded during training, read once
             except PrivacyContractError as refused:
                 raise PrivacyContractError(f"method {self.name}: {refused}") from None
-            self._check_guarantee(session)
+            method._check_guarantee(session)
             fitted.ledger, fitted.plan = session.ledger(), session.plan
             check_plan(self.name, fitted.plan, fitted.ledger)
             if fitted.privacy_notion is None:

@@ -68,6 +68,7 @@ from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
+    Stack,
     StackedData,
     TrainingProgram,
     expected_batch,
@@ -231,6 +232,9 @@ class CGOO(Method):
     )
     Hparams = CGOOHparams
     hparams: CGOOHparams
+    mixed = frozenset(
+        {"lr", "batch_size", "epochs", "iterations", "lr_dual", "clip_norm", "count_share", "G"}
+    )
 
     def plan(
         self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
@@ -269,23 +273,35 @@ class CGOO(Method):
         return stackable(self.hparams.model)
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
         """Every trial plays its own game (statistics release, costs, relabelling: per trial,
-        on the device) at the start of each iteration of `steps` rounds; the oracle's steps
-        run stacked across the trials, and each iteration ends by keeping each trial's model
-        as a component."""
-        hp, schedule = self.hparams, plan.loop
+        on the device) at the start of each of its iterations of its own `steps` rounds; the
+        oracle's steps run stacked across the trials, each at its own step size, clip and
+        noise, and each iteration ends by keeping the trial's model as a component."""
+        trials, hp = stack.trials, self.hparams
         models = init_models(hp, trials)
-        stack = stack_models(models)
+        model_stack = stack_models(models)
         data = StackedData.of(trials)
         n, k, sessions = data.n, trials[0].task.n_groups, [t.session for t in trials]
-        clip = hp.clip_norm if self.private else math.inf
-        gradient_sums = [s.gaussian_sum(ORACLE, clip, schedule.noise_multiplier) for s in sessions]
-        confusions = [s.gaussian_counts(COUNTS, plan.info["count_noise"]) for s in sessions]
+        gradient_sums = [
+            s.gaussian_sum(
+                ORACLE, h.clip_norm if self.private else math.inf, p.loop.noise_multiplier
+            )
+            for s, h, p in zip(sessions, stack.hparams, stack.plans, strict=True)
+        ]
+        confusions = [
+            s.gaussian_counts(COUNTS, p.info["count_noise"])
+            for s, p in zip(sessions, stack.plans, strict=True)
+        ]
         # flat index of (group, label, prediction 0) in (k, 2, 2), per record
         cells = data.per_record(lambda task: (task.train.s * 2 + task.train.y) * 2, torch.int64)
         groups = data.per_record(lambda task: task.train.s, torch.int64)
         z, w = data.per_trial(torch.int64), data.per_trial(torch.float32)
-        step_size = hp.lr / expected_batch(schedule, n)
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, n))
+        steps = [p.loop.steps for p in stack.plans]  # per iteration
 
         def statistics(t: int) -> torch.Tensor:
             """Trial t's released l(c, D) of its current classifier."""
@@ -305,25 +321,27 @@ class CGOO(Method):
             w[t * n : (t + 1) * n] = weights.to(torch.float32)
 
         games = [
-            Game(hp, trial.fairness, partial(statistics, t), partial(relabel, t))
-            for t, trial in enumerate(trials)
+            Game(h, trial.fairness, partial(statistics, t), partial(relabel, t))
+            for t, (trial, h) in enumerate(zip(trials, stack.hparams, strict=True))
         ]
         done = 0
 
         def step(round_: StackedBatches) -> None:
             nonlocal done
-            if done % schedule.steps == 0:  # an iteration begins: each game moves
-                for game in games:
-                    game.move(done // schedule.steps)
+            active = len(round_.batches)
+            for game, every in zip(games[:active], steps, strict=False):
+                if done % every == 0:  # an iteration begins: the game moves
+                    game.move(done // every)
             rows, own = data.gather(round_), data.own_rows(round_)
             x = rows.rows(data.x)
             loss = WeightedCrossEntropy(own.rows(z), own.rows(w))
-            logits = stack.logits(x)
-            contributions = stack.contributions(x, loss, logits, rows, rows.rows(data.x_sq))
-            stack.descend(gaussian_sums(gradient_sums, contributions, round_.batches), step_size)
+            logits = model_stack.logits(x)
+            contributions = model_stack.contributions(x, loss, logits, rows, rows.rows(data.x_sq))
+            sums = gaussian_sums(gradient_sums, contributions, round_.batches)
+            model_stack.descend(sums, step_size.at(active))
             done += 1
-            if done % schedule.steps == 0:  # it ends: the oracle's answer is a component
-                for game, model in zip(games, models, strict=True):
+            for game, model, every in zip(games[:active], models, steps, strict=False):
+                if done % every == 0:  # it ends: the oracle's answer is a component
                     game.components.append(component(model))
 
         return TrainingProgram(models, step, lambda: [game.outcome() for game in games])

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
+    Stack,
     StackedData,
     TrainingProgram,
     calibrated,
@@ -54,6 +55,7 @@ class DPSGD(Method):
     declared_constraints = True
     Hparams = DPSGDHparams
     hparams: DPSGDHparams
+    mixed = frozenset({"lr", "batch_size", "epochs", "clip_norm", "noise_multiplier"})
 
     def plan(
         self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
@@ -68,17 +70,28 @@ class DPSGD(Method):
         return stackable(self.hparams.model, self.hparams.grad_engine)
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        hp, sigma = self.hparams, plan.loop.noise_multiplier
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
+        """Each trial at its own step size lr / (q n), clip and noise multiplier."""
+        trials, hp = stack.trials, self.hparams
         models = init_models(hp, trials)
-        stack = stack_models(models, hp.grad_engine)
+        model_stack = stack_models(models, hp.grad_engine)
         data = StackedData.of(trials)
-        sums = [t.session.gaussian_sum(LABEL, hp.clip_norm, sigma) for t in trials]
-        step_size = hp.lr / expected_batch(plan.loop, data.n)
+        sums = [
+            t.session.gaussian_sum(LABEL, h.clip_norm, p.loop.noise_multiplier)
+            for t, h, p in zip(trials, stack.hparams, stack.plans, strict=True)
+        ]
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
 
         def step(round_):
             batch = data.gather(round_)
-            logits = stack.logits(batch.x)
-            grads = stack.contributions(batch.x, CrossEntropy(batch.y), logits, batch, batch.x_sq)
-            stack.descend(gaussian_sums(sums, grads, round_.batches), step_size)
+            logits = model_stack.logits(batch.x)
+            grads = model_stack.contributions(
+                batch.x, CrossEntropy(batch.y), logits, batch, batch.x_sq
+            )
+            k = len(round_.batches)
+            model_stack.descend(gaussian_sums(sums, grads, round_.batches), step_size.at(k))
 
         return TrainingProgram(models, step)

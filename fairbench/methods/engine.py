@@ -16,12 +16,24 @@ noise streams), parameters and dual variables; one trial alone is a stack of one
 `StackedData` gathers the T Poisson batches into one padded block;
 `fairbench.privacy.stacked` hands each trial's statistic to its own mechanism. A trial's
 result is its result alone up to float32 reduction order (tests/methods/test_stacking.py).
+
+Stacks across configurations. A method that declares `mixed` hyper-parameters (step sizes,
+batch size, epochs, noise, ...) also stacks trials whose values of those differ, and so
+whose plans differ (`Stack`): each trial keeps its own plan, and the numbers a step reads
+from it become per-trial values on the trial axis (`PerTrial`; the one float where all
+trials share it, so a one-configuration stack's arithmetic is unchanged). The engine orders
+a stack's trials by their plans' rounds, longest first, and runs the longest plan's rounds:
+round r draws batches for the trials whose plans run more than r rounds, a prefix of the
+stack, and the step reads and updates those trials only. A trial whose rounds are done draws
+nothing more (its session refuses a draw beyond its plan in any case) and its parameters
+stay as they are.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,8 +148,11 @@ class StackedData:
         return torch.as_tensor(stacked, dtype=dtype, device=self.device)
 
     def gather(self, round_: StackedBatches) -> Batch:
-        """The round's batches as rows of this data (each trial's rows of its own task)."""
-        index = round_.index if len(self.tasks) == 1 else round_.index + self._task_offsets
+        """The round's batches as rows of this data (each trial's rows of its own task; a
+        round of k trials: the first k)."""
+        index = round_.index
+        if len(self.tasks) > 1:
+            index = index + self._task_offsets[: index.shape[0]]
         return Batch(index, round_.mask, round_.sizes, self)
 
     def per_trial(self, dtype: torch.dtype) -> torch.Tensor:
@@ -149,7 +164,8 @@ class StackedData:
         """The round's batches as rows of a `per_trial` tensor (each trial's own values)."""
         if len(self.slots) == 1:
             return Gathered(round_.index, round_.mask, round_.sizes)
-        return Gathered(round_.index + self._trial_offsets, round_.mask, round_.sizes)
+        offsets = self._trial_offsets[: round_.index.shape[0]]
+        return Gathered(round_.index + offsets, round_.mask, round_.sizes)
 
     def trial_rows(self, values: torch.Tensor, t: int) -> torch.Tensor:
         """Trial t's task's rows of `values` (a `per_record` tensor): (n, ...)."""
@@ -246,38 +262,117 @@ class TrainingProgram:
     n: int | None = None
 
 
+class PerTrial:
+    """A number each trial of a stack reads (a step size, a dual step, a cap): the one float
+    where every trial's is the same, so that a one-configuration stack computes exactly what
+    it computed before stacks mixed configurations, else a float32 tensor on the trial axis
+    (a float times a float32 tensor rounds as the float32 tensor product does, so a trial's
+    arithmetic is its arithmetic alone)."""
+
+    def __init__(self, values: Sequence[float], device: torch.device) -> None:
+        self.values = [float(v) for v in values]
+        self.tensor = None
+        if len(set(self.values)) > 1:
+            self.tensor = torch.tensor(self.values, dtype=torch.float32, device=device)
+
+    def at(self, k: int, dims: int = 0) -> float | torch.Tensor:
+        """The first k trials' values (a round's trials), shaped (k, 1, ...) with `dims`
+        axes of 1 to broadcast over (k, ...) tensors; the float where all are equal."""
+        if self.tensor is None:
+            return self.values[0]
+        return self.tensor[:k].view(k, *[1] * dims)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """T trials run as one program, ordered by their plans' rounds, longest first (stable:
+    trials with equal plans keep their order): each trial's method (its own hyper-parameters,
+    which differ from the others' only in the method's `mixed` keys), trial and plan. Without
+    `mixed` keys, the trials share hyper-parameters and plan (`plan`)."""
+
+    methods: list[Method]
+    trials: list[Trial]
+    plans: list[Plan]
+
+    @property
+    def plan(self) -> Plan:
+        """The first (longest) trial's plan: every trial's, for a method without `mixed`."""
+        return self.plans[0]
+
+    @property
+    def hparams(self) -> list[Any]:
+        """Each trial's hyper-parameters (its method's)."""
+        return [m.hparams for m in self.methods]
+
+    def program(self) -> TrainingProgram:
+        """The stack's program: `program(trials, plan)` where its trials share one
+        configuration and plan (every method's contract, and what a subclass that overrides
+        it changes), else the method's `stack_program`."""
+        method, key = self.methods[0], self.plan.key
+        if all(m.hparams == method.hparams for m in self.methods) and all(
+            p.key == key for p in self.plans
+        ):
+            return method.program(self.trials, self.plan)
+        return method.stack_program(self)
+
+    def values(self, of: Callable[[Any, Plan], float]) -> PerTrial:
+        """Each trial's `of(hparams, plan)` (its step size, its clip, ...)."""
+        return PerTrial(
+            [of(m.hparams, p) for m, p in zip(self.methods, self.plans, strict=True)],
+            self.trials[0].session.device,
+        )
+
+
+def stack_key(method: Method, plan: Plan, index: int) -> str:
+    """Equal for trials that may share one program: a method that stacks, and its hyper-
+    parameters but its `mixed` keys (the plans may then differ), or the whole plan for a
+    method that declares none; `index` keeps any other trial alone."""
+    if not method.stackable():
+        return f"alone {index}"
+    shared = {k: v for k, v in method.hparams.model_dump().items() if k not in method.mixed}
+    return json.dumps(
+        [method.name, shared, None if method.mixed else plan.key], sort_keys=True, default=repr
+    )
+
+
 def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
+    """`fit_stacks` with one method for every trial."""
+    return fit_stacks([method] * len(trials), trials)
+
+
+def fit_stacks(methods: list[Method], trials: list[Trial]) -> list[Fitted]:
     """The engine's trial: validate each trial's fairness spec, plan each trial from public
-    inputs, group trials with equal plans (each group one program where the method stacks),
-    submit each plan to its session under the method's guarantee, run the loop, and build each
-    trial's `Fitted` from its model, its outcome, the plan's budget and info."""
-    for trial in trials:
+    inputs with its method, group trials that may share a program (`stack_key`: each group
+    one program where the method stacks), submit each plan to its session under its
+    method's guarantee, run the loop, and build each trial's `Fitted` from its model, its
+    outcome, its plan's budget and info."""
+    for method, trial in zip(methods, trials, strict=True):
         method.check(trial.fairness)
     plans = [
-        method.plan(DataShape.of(t.task), t.session.budget, t.fairness, t.session.seed)
-        for t in trials
+        m.plan(DataShape.of(t.task), t.session.budget, t.fairness, t.session.seed)
+        for m, t in zip(methods, trials, strict=True)
     ]
     groups: dict[str, list[int]] = {}
-    for i, plan in enumerate(plans):
-        key = plan.key if method.stackable() else str(i)
-        groups.setdefault(key, []).append(i)
-    guarantee = method.guarantee()
+    for i, (method, plan) in enumerate(zip(methods, plans, strict=True)):
+        groups.setdefault(stack_key(method, plan, i), []).append(i)
     fits: list[Fitted | None] = [None] * len(trials)
     for members in groups.values():
-        plan, group = plans[members[0]], [trials[i] for i in members]
-        for trial in group:
-            trial.session.submit_plan(plan.ledger, guarantee)
-        program = method.program(group, plan)
+        members.sort(key=lambda i: -plans[i].loop_rounds)
+        stack = Stack(
+            [methods[i] for i in members], [trials[i] for i in members], [plans[i] for i in members]
+        )
+        for method, trial, plan in zip(stack.methods, stack.trials, stack.plans, strict=True):
+            trial.session.submit_plan(plan.ledger, method.guarantee())
+        program = stack.program()
         if program.run is not None:
             program.run()
         else:
-            n = len(group[0].task.train) if program.n is None else program.n
-            next_round = rounds([t.session for t in group], n, plan)
-            for _ in range(plan.loop_rounds):
-                program.step(next_round())
-        outcomes = program.outcomes() if program.outcomes else [Outcome() for _ in group]
-        models = program.models or [None] * len(group)  # a fit of its own names its model
-        for i, trial, model, outcome in zip(members, group, models, outcomes, strict=True):
+            run_rounds(stack, program)
+        outcomes = program.outcomes() if program.outcomes else [Outcome() for _ in members]
+        models: list[Any] = program.models or [None] * len(members)  # a fit of its own: None
+        for i, trial, plan, model, outcome in zip(
+            members, stack.trials, stack.plans, models, outcomes, strict=True
+        ):
             fits[i] = Fitted(
                 outcome.model if outcome.model is not None else model,
                 trial.session.device,
@@ -293,15 +388,37 @@ def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:
     return fits  # type: ignore[return-value]  # each trial is in one group: none is left None
 
 
-def rounds(sessions: list[PrivacySession], n: int, plan: Plan) -> Callable[[], StackedBatches]:
-    """The loop's batches for `sessions`: Poisson at the schedule's rate (each session's own
-    "sampling" stream), or shuffled mini-batches for a schedule that asks (non-private, or
-    declared not accounted: the sessions refuse them otherwise)."""
-    schedule = plan.schedule
-    assert schedule is not None
-    if schedule.shuffle is not None:
-        return shuffled_rounds(sessions, n, schedule.shuffle, schedule.drop_last)
-    return poisson_rounds(sessions, n, schedule.sampling_rate)
+def run_rounds(stack: Stack, program: TrainingProgram) -> None:
+    """The engine's loop: the longest plan's rounds, each drawn for the trials whose plans
+    run that many (a prefix of the stack, longest first); the batches of each stretch of
+    rounds with one set of trials are drawn together (`rounds`), each session from its own
+    stream, so a trial's batches are its batches alone."""
+    assert program.step is not None
+    n = len(stack.trials[0].task.train) if program.n is None else program.n
+    counts = [plan.loop_rounds for plan in stack.plans]
+    done = 0
+    for end in sorted(set(counts)):
+        k = sum(count >= end for count in counts)
+        next_round = rounds([t.session for t in stack.trials[:k]], n, stack.plans[:k])
+        for _ in range(done, end):
+            program.step(next_round())
+        done = end
+
+
+def rounds(
+    sessions: list[PrivacySession], n: int, plan: Plan | Sequence[Plan]
+) -> Callable[[], StackedBatches]:
+    """The loop's batches for `sessions` (with one plan, or each its own): Poisson at each
+    schedule's rate (each session's own "sampling" stream), or shuffled mini-batches for a
+    schedule that asks (non-private, or declared not accounted: the sessions refuse them
+    otherwise)."""
+    plans = [plan] * len(sessions) if isinstance(plan, Plan) else list(plan)
+    schedules = [p.loop for p in plans]
+    first = schedules[0]
+    if first.shuffle is not None:
+        sizes = [s.shuffle or first.shuffle for s in schedules]
+        return shuffled_rounds(sessions, n, sizes, first.drop_last)
+    return poisson_rounds(sessions, n, [s.sampling_rate for s in schedules])
 
 
 def one_step(

@@ -81,7 +81,9 @@ from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Gathered,
     Outcome,
+    PerTrial,
     Schedule,
+    Stack,
     StackedData,
     TrainingProgram,
     calibrated,
@@ -150,14 +152,25 @@ def padded_size(expected: float, alpha: float = 0.001) -> int:
     return k
 
 
-def truncated(round_: StackedBatches, size: int) -> StackedBatches:
+def truncated(round_: StackedBatches, size: int | list[int]) -> StackedBatches:
     """`batches: padded`: each batch cut to its first `size` records (by index, the order of the
-    authors' boolean selection); the rows beyond are never read."""
-    if round_.index.shape[-1] <= size:
+    authors' boolean selection; `size` one for all, or each trial's own); the rows beyond are
+    never read (sliced off, or masked where another trial keeps more)."""
+    sizes_t = [size] * round_.index.shape[0] if isinstance(size, int) else size
+    if round_.index.shape[-1] <= min(sizes_t):
         return round_
-    mask = None if round_.mask is None else round_.mask[:, :size]
-    sizes = None if round_.sizes is None else [min(b, size) for b in round_.sizes]
-    return replace(round_, index=round_.index[:, :size], mask=mask, sizes=sizes)
+    width = min(round_.index.shape[-1], max(sizes_t))
+    mask = None if round_.mask is None else round_.mask[:, :width]
+    if min(sizes_t) < width:
+        device = round_.index.device
+        keep = torch.arange(width, device=device) < torch.tensor(sizes_t, device=device)[:, None]
+        mask = keep if mask is None else mask & keep
+    sizes = (
+        None
+        if round_.sizes is None
+        else [min(b, s) for b, s in zip(round_.sizes, sizes_t, strict=True)]
+    )
+    return replace(round_, index=round_.index[:, :width], mask=mask, sizes=sizes)
 
 
 def real_rows(rows: Gathered) -> torch.Tensor:
@@ -180,11 +193,16 @@ def outside_coefficients(
 
 
 def padding_sum(
-    bias: torch.Tensor, coef: torch.Tensor, temperature: float, clip: float, count: torch.Tensor
+    bias: torch.Tensor,
+    coef: torch.Tensor,
+    temperature: float,
+    clip: float | torch.Tensor,
+    count: torch.Tensor,
 ) -> torch.Tensor:
     """The bias gradient the authors' `count` unmasked padding rows add to the clipped sum (T, K):
     a zero row's logits are the bias b and its cross-entropy is 0 (no label), so each adds
-    the gradient of sum_k coef_k sigma_tau(b)_k, clipped at `clip` like any record."""
+    the gradient of sum_k coef_k sigma_tau(b)_k, clipped at `clip` (one, or each trial's
+    (T, 1)) like any record."""
     soft = class_softmax(temperature * bias)
     grad = temperature * soft * (coef - (coef * soft).sum(dim=-1, keepdim=True))
     clipped = grad * clip_factors(grad.norm(dim=-1, keepdim=True), clip)
@@ -318,6 +336,7 @@ class SGDA(Method):
     )
     Hparams: ClassVar[type[SGDAHparams]] = SGDAHparams
     hparams: SGDAHparams
+    mixed = frozenset({"lr", "batch_size", "epochs", "lr_dual", "lambda_max", "clip_norm"})
 
     def schedule(self, n: int, target: PrivacyBudget | None) -> Schedule:
         """Sampling rate and steps from `epochs`, no noise."""
@@ -379,57 +398,78 @@ class SGDA(Method):
         return parts
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        hp, dev, schedule = self.hparams, trials[0].session.device, plan.loop
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
+        """Each trial at its own step sizes (primal lr / (r|D|), dual), cap, clip, noise
+        multiplier, Laplace scale and knob (`mixed`)."""
+        trials, hp, dev = stack.trials, self.hparams, stack.trials[0].session.device
         sets = [self._constraints(t.fairness, t.task) for t in trials]
         data = StackedData.of(trials)
         part = data.per_record(lambda task: self._parts(sets[0], task), torch.int64)
         models = init_models(hp, trials)
-        stack = stack_models(models)
-        histograms = [t.session.laplace_histogram(HISTOGRAM, self.laplace_scale()) for t in trials]
+        model_stack = stack_models(models)
+        histograms = [
+            t.session.laplace_histogram(HISTOGRAM, p.info["laplace_scale"])
+            for t, p in zip(trials, stack.plans, strict=True)
+        ]
         gradient_sums = [
-            t.session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
-            for t in trials
+            t.session.gaussian_sum(GRADIENT, h.clip_norm, p.loop.noise_multiplier)
+            for t, h, p in zip(trials, stack.hparams, stack.plans, strict=True)
         ]
         rates = constraints.TorchRates(sets, dev)
         n_parts, hard = sets[0].n_parts, hp.dual_rates == "hard"
         lam = torch.zeros((len(trials), sets[0].n_constraints), device=dev)
-        scale = expected_batch(schedule, data.n)  # r|D|
+        scales = [expected_batch(p.loop, data.n) for p in stack.plans]  # r|D|
+        scale = PerTrial(scales, dev)
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
+        lr_dual, cap = stack.values(lambda h, p: h.lr_dual), stack.values(lambda h, p: h.lambda_max)
+        clip = stack.values(lambda h, p: h.clip_norm)
         frozen = None
         if hp.denominators == "frozen":
-            frozen = self._frozen_sizes(trials, data, part, n_parts, rates, schedule)
-        pad = padded_size(scale) if hp.batches == "padded" else None
+            frozen = self._frozen_sizes(stack, data, part, n_parts, rates)
+        pads = [padded_size(r) for r in scales] if hp.batches == "padded" else None
         if self.unaccounted():  # the release that makes each trial's epsilon inf
             for t in trials:
                 t.session.unaccounted(UNACCOUNTED)
 
         def step(round_: StackedBatches) -> None:
-            nonlocal lam
-            if pad is not None:
-                round_ = truncated(round_, pad)
             batches = round_.batches
+            k = len(batches)
+            if pads is not None:
+                round_ = truncated(round_, pads[0] if len(set(pads)) == 1 else pads[:k])
             rows = data.gather(round_)
             xb, yb, pb = rows.rows(data.x), rows.rows(data.y), rows.rows(part)
-            logits = stack.logits(xb)
+            logits = model_stack.logits(xb)
             soft = class_softmax(hp.temperature * logits)
             contrib = rows.masked(rate_contributions(soft, logits, hard))
             hist = laplace_histograms(histograms, contrib, pb, n_parts, rows.sizes, batches)
-            sizes = rates.sizes(hist, hp.min_count) if frozen is None else frozen
-            coef = rates.coefficients(lam, sizes) * scale  # (T, Q, K)
+            sizes = rates.sizes(hist, hp.min_count) if frozen is None else frozen[:k]
+            multipliers = lam[:k]
+            coef = rates.coefficients(multipliers, sizes) * scale.at(k, 2)  # (k, Q, K)
             per_record = torch.gather(coef, 1, pb.unsqueeze(-1).expand(-1, -1, coef.shape[-1]))
             loss = RateLagrangian(yb, per_record, hp.temperature, soft)
-            contributions = stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
+            contributions = model_stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
             sums = gaussian_sums(gradient_sums, contributions, batches)
-            if pad is not None:  # added after the (additive) noise: the same sum
-                outside = outside_coefficients(rates, lam, sizes) * scale
-                count = pad - real_rows(rows)
-                bias = padding_sum(stack.bias, outside, hp.temperature, hp.clip_norm, count)
+            if pads is not None:  # added after the (additive) noise: the same sum
+                outside = outside_coefficients(rates, multipliers, sizes) * scale.at(k, 1)
+                count = torch.tensor(pads[:k], device=dev) - real_rows(rows)
+                bias = padding_sum(
+                    model_stack.bias[:k], outside, hp.temperature, clip.at(k, 1), count
+                )
                 sums = [sums[0], sums[1] + bias]
-            stack.descend(sums, hp.lr / scale)
+            model_stack.descend(sums, step_size.at(k))
             values = rates.values(hist, sizes)
             if hp.dual_update == "clipped":
                 values = values.clamp(0.0, 1.0)
-            gap = values - rates.gamma
-            lam = (lam + hp.lr_dual * gap).clamp(0.0, hp.lambda_max)
+            gap = values - rates.gamma[:k]
+            ascended = multipliers + lr_dual.at(k, 1) * gap
+            bound = cap.at(k, 1)
+            if isinstance(bound, torch.Tensor):
+                lam[:k] = ascended.clamp(min=0.0).minimum(bound)
+            else:
+                lam[:k] = ascended.clamp(0.0, bound)
 
         def outcomes() -> list[Outcome]:
             qualified: dict[str, Any] = {}
@@ -450,21 +490,20 @@ class SGDA(Method):
 
         return TrainingProgram(models, step, outcomes)
 
-    def _frozen_sizes(self, trials, data, part, n_parts, rates, schedule) -> torch.Tensor:
+    def _frozen_sizes(self, stack: Stack, data, part, n_parts, rates) -> torch.Tensor:
         """`denominators: frozen`: each trial's part counts on one Poisson batch of its own
         (stream "denominators", independent of the training batches, so the release is its
-        own sampled event), Laplace-noised at the histogram's scale, then held for every step
-        as the authors' code does with its first batch (compute_denominator.py)."""
+        own sampled event, at its own rate and Laplace scale), Laplace-noised at the
+        histogram's scale, then held for every step as the authors' code does with its first
+        batch (compute_denominator.py)."""
         counts = []
-        for t, trial in enumerate(trials):
-            session = trial.session
-            draw = poisson_batches(
-                data.n, schedule.sampling_rate, session.stream("denominators"), session.device
-            )
-            batch = session.numbered(draw(), schedule.sampling_rate)
+        for t, (trial, plan) in enumerate(zip(stack.trials, stack.plans, strict=True)):
+            session, rate = trial.session, plan.loop.sampling_rate
+            draw = poisson_batches(data.n, rate, session.stream("denominators"), session.device)
+            batch = session.numbered(draw(), rate)
             parts = data.trial_rows(part, t)[batch.indices]
             ones = torch.ones((len(parts), 1), device=session.device)
-            release = session.laplace_histogram(DENOMINATORS, self.laplace_scale())
+            release = session.laplace_histogram(DENOMINATORS, plan.info["laplace_scale"])
             counts.append(release(ones, parts, n_parts, batch))
         return rates.sizes(torch.stack(counts), self.hparams.min_count)
 
@@ -479,6 +518,7 @@ class RaCODP(SGDA):
     )
     Hparams = RaCODPHparams
     hparams: RaCODPHparams
+    mixed = SGDA.mixed | {"noise_multiplier", "laplace_scale"}
 
     def schedule(self, n: int, privacy: PrivacyBudget | None) -> Schedule:
         """The budget covers the frozen count release too, when there is one."""

@@ -3,7 +3,9 @@
 `StackedLinear` holds T logistic regressions as one (T, K, d) weight and (T, K) bias; each
 trial's own `nn.Linear` keeps views into them, so an update of the stack trains every trial's
 model in place and the trained models need no copying out. Its per-sample gradients are the
-closed-form outer products (`StackedOuterProducts`) of `fairbench.models.grad_sample`.
+closed-form outer products (`StackedOuterProducts`) of `fairbench.models.grad_sample`. A
+round of fewer trials than the stack (the first k: a stack of several configurations, whose
+shorter plans are done) reads and updates the first k trials' parameters only.
 `OneModel` is any other model, one trial at a time (opacus's per-sample gradients), behind
 the same interface, so a method's step is written once for both.
 """
@@ -44,8 +46,9 @@ class StackedLinear:
             layer.bias.data = self.bias[t]
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """(T, B, d) -> (T, B, K)."""
-        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+        """(k, B, d) -> (k, B, K): the first k trials' (all T where k = T)."""
+        k = x.shape[0]
+        return torch.baddbmm(self.bias[:k].unsqueeze(1), x, self.weight[:k].transpose(1, 2))
 
     def contributions(self, x, loss, logits, rows, x_sq=None) -> StackedOuterProducts:
         """Each record's gradient of `loss` (whose `logit_grad` maps (T, B, K) logits to
@@ -54,10 +57,20 @@ class StackedLinear:
         return StackedOuterProducts.masked(loss.logit_grad(logits), x, rows.mask, rows.sizes, x_sq)
 
     @torch.no_grad()
-    def descend(self, sums: list[torch.Tensor], step: float) -> None:
-        """parameters -= step * sums, per trial."""
-        self.weight.sub_(step * sums[0])
-        self.bias.sub_(step * sums[1])
+    def descend(self, sums: list[torch.Tensor], step: float | torch.Tensor) -> None:
+        """parameters -= step * sums, per trial, for the first k trials (the sums' (k, ...));
+        `step` one float, or each trial's own (k,)."""
+        k = sums[0].shape[0]
+        self.weight[:k].sub_(trial_axis(step, 3) * sums[0])
+        self.bias[:k].sub_(trial_axis(step, 2) * sums[1])
+
+
+def trial_axis(value: float | torch.Tensor, dims: int) -> float | torch.Tensor:
+    """A float as it is; per-trial values (k,) shaped (k, 1, ...) to broadcast over `dims`
+    dimensions."""
+    if isinstance(value, torch.Tensor):
+        return value.view(-1, *[1] * (dims - 1))
+    return value
 
 
 class OneModel:
@@ -85,9 +98,10 @@ class OneModel:
         return OneTrial(self.per_sample(x[0], per_record, logits=logits[0]))
 
     @torch.no_grad()
-    def descend(self, sums: list[torch.Tensor], step: float) -> None:
+    def descend(self, sums: list[torch.Tensor], step: float | torch.Tensor) -> None:
+        scale = step[0] if isinstance(step, torch.Tensor) else step
         for p, g in zip(self.params, sums, strict=True):
-            p.sub_(step * g[0])
+            p.sub_(scale * g[0])
 
 
 def stack_models(models: list[nn.Module], engine: Literal["auto", "opacus"] = "auto"):

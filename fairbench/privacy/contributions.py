@@ -30,13 +30,18 @@ Array = torch.Tensor | np.ndarray
 
 
 @overload
-def clip_factors(norms: torch.Tensor, max_norm: float) -> torch.Tensor: ...
+def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor) -> torch.Tensor: ...
 @overload
 def clip_factors(norms: np.ndarray, max_norm: float) -> np.ndarray: ...
-def clip_factors(norms: Array, max_norm: float) -> Array:
-    """Per-record scale factors min(1, C / ||v_i||): clipped contributions have norm <= C."""
+def clip_factors(norms: Array, max_norm: float | torch.Tensor) -> Array:
+    """Per-record scale factors min(1, C / ||v_i||): clipped contributions have norm <= C.
+    `max_norm` a tensor: each trial's own C (T, 1) beside norms (T, B), computed as torch
+    computes a float's C / norms (a reciprocal times C), so that a trial's factors are its
+    factors alone."""
     if isinstance(norms, np.ndarray):
         return np.minimum(max_norm / (norms + 1e-12), 1.0)
+    if isinstance(max_norm, torch.Tensor):
+        return ((norms + 1e-12).reciprocal() * max_norm).clamp(max=1.0)
     return (max_norm / (norms + 1e-12)).clamp(max=1.0)
 
 
@@ -285,7 +290,7 @@ def as_float64(contributions: Contributions) -> Contributions:
 
 @overload
 def clipped_sum(
-    contributions: Contributions[torch.Tensor], max_norm: float
+    contributions: Contributions[torch.Tensor], max_norm: float | torch.Tensor
 ) -> list[torch.Tensor]: ...
 
 
@@ -293,8 +298,9 @@ def clipped_sum(
 def clipped_sum(contributions: Contributions[Array], max_norm: float) -> list[Array]: ...
 
 
-def clipped_sum(contributions: Contributions[Any], max_norm: float) -> list[Any]:
-    """sum_i clip(v_i, max_norm): the one clipping implementation (inf: no clipping)."""
-    if not np.isfinite(max_norm):
+def clipped_sum(contributions: Contributions[Any], max_norm: float | torch.Tensor) -> list[Any]:
+    """sum_i clip(v_i, max_norm): the one clipping implementation (inf: no clipping). A
+    tensor `max_norm` is a stack's per-trial clip (T, 1) (`clip_factors`)."""
+    if not isinstance(max_norm, torch.Tensor) and not np.isfinite(max_norm):
         return contributions.weighted_sum(None)
     return contributions.weighted_sum(clip_factors(contributions.norms(), max_norm))

@@ -356,26 +356,34 @@ def stacked_noisy_sums(
     kind: Kind,
     sources: list[NoiseSource],
     sums: list[torch.Tensor],
-    multiplier: float,
-    sensitivity: float,
+    multipliers: list[float],
+    sensitivities: list[float],
     records: list[int],
 ) -> list[torch.Tensor]:
     """T releases at once: trial t's release of the concatenated `[s[t] for s in sums]`
-    (each sum stacked on a leading trial axis) from `sources[t]`, equal to `noisy_sums` of
-    that trial alone. Float samplers draw each trial's noise from its own stream and add it in
-    one tensor program; other sources (or an installed observer) go trial by trial."""
+    (each sum stacked on a leading trial axis) from `sources[t]` at its own noise multiplier
+    and sensitivity, equal to `noisy_sums` of that trial alone. Float samplers draw each
+    trial's noise from its own stream and add it in one tensor program (its scale one float
+    where every trial's is the same, else a float64 column of the trials' own); other
+    sources (or an installed observer) go trial by trial."""
     n_trials = len(sources)
     floats = [x for x in sources if isinstance(x, FloatNoise)]
     if _observer is not None or len(floats) != n_trials:
         per_trial = [
-            noisy_sums(kind, source, [s[t] for s in sums], multiplier, sensitivity, records[t])
-            for t, source in enumerate(sources)
+            noisy_sums(kind, source, [s[t] for s in sums], mult, sens, records[t])
+            for t, (source, mult, sens) in enumerate(
+                zip(sources, multipliers, sensitivities, strict=True)
+            )
         ]
         return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
     flat = torch.cat([s.reshape(n_trials, -1).double() for s in sums], dim=1)
     draw = stacked_standard_gaussian if kind == "gaussian" else stacked_standard_laplace
     noise = draw([x.generator for x in floats], flat.shape[1])
-    noisy = (flat + noise.mul_(multiplier * sensitivity)).split([s[0].numel() for s in sums], 1)
+    scales = [m * s for m, s in zip(multipliers, sensitivities, strict=True)]
+    scale: float | torch.Tensor = scales[0]
+    if len(set(scales)) > 1:
+        scale = torch.tensor(scales, dtype=torch.float64, device=flat.device).unsqueeze(1)
+    noisy = (flat + noise.mul_(scale)).split([s[0].numel() for s in sums], 1)
     return [piece.reshape(s.shape).to(s.dtype) for piece, s in zip(noisy, sums, strict=True)]
 
 

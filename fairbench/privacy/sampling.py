@@ -4,7 +4,7 @@ epochs (non-private trials). Reached through the privacy session, which numbers 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -114,46 +114,66 @@ def _included(first: torch.Tensor, n: int, rate: float, gen: torch.Generator) ->
 
 def stacked_poisson_batches(
     n: int,
-    sampling_rate: float,
+    sampling_rate: float | Sequence[float],
     generators: list[torch.Generator],
     device: torch.device,
     checks: list[DeviceChecks] | None = None,
 ) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None, list[int] | None]]:
-    """T trials' Poisson batches at once, row t drawn from `generators[t]` exactly as
-    `poisson_batches` draws it: (index (T, W), mask (T, W) or None when no row is padded,
-    sizes), trial t's batch in the first sizes[t] entries of its row, zeros after. On a
-    device (`host_reads_free` false) nothing is read: W is the chunk, sizes are None, and a
-    short chunk is recorded in the trial's `checks`, as `poisson_batches` does."""
+    """T trials' Poisson batches at once, row t drawn from `generators[t]` at its own rate
+    (`sampling_rate`: one for all, or one per trial) exactly as `poisson_batches` draws it:
+    (index (T, W), mask (T, W) or None when no row is padded, sizes), trial t's batch in the
+    first sizes[t] entries of its row, zeros after. Row t's chunk of gaps is its own rate's
+    (`poisson_chunk`); a shorter chunk's row is filled with infinite gaps, which reach no
+    record. On a device (`host_reads_free` false) nothing is read: W is the longest chunk,
+    sizes are None, and a short chunk is recorded in the trial's `checks`, as
+    `poisson_batches` does."""
     n_trials = len(generators)
-    if sampling_rate >= 1.0:
+    rates = (
+        [float(sampling_rate)] * n_trials
+        if isinstance(sampling_rate, float | int)
+        else [float(r) for r in sampling_rate]
+    )
+    if all(rate >= 1.0 for rate in rates):
         everyone = torch.arange(n, device=device).expand(n_trials, n)
         return lambda: (everyone, None, [n] * n_trials)
-    chunk = poisson_chunk(n, sampling_rate)
-    on_host = host_reads_free(device)
     checks = checks or [DeviceChecks() for _ in generators]
+    if any(rate >= 1.0 for rate in rates):  # full passes beside sampled ones: row by row
+        draws = [
+            poisson_batches(n, r, g, device, c)
+            for r, g, c in zip(rates, generators, checks, strict=True)
+        ]
+        return lambda: _padded([draw() for draw in draws], device)
+    chunks = [poisson_chunk(n, rate) for rate in rates]
+    chunk = max(chunks)
+    last = torch.tensor(chunks, device=device) - 1  # each row's own last gap
+    on_host = host_reads_free(device)
+    rows = torch.arange(n_trials, device=device)
 
     def next_batches() -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None]:
         gaps = torch.empty((n_trials, chunk), dtype=torch.float64, device=device)
-        for row, generator in zip(gaps, generators, strict=True):
-            row.geometric_(sampling_rate, generator=generator)
+        for row, rate, size, generator in zip(gaps, rates, chunks, generators, strict=True):
+            row[:size].geometric_(rate, generator=generator)
+            if size < chunk:
+                row[size:] = math.inf
         positions = torch.cumsum(gaps, dim=1).add_(-1.0)
+        ends = positions[:, -1] if min(chunks) == chunk else positions[rows, last]
         if not on_host:
-            for check, last in zip(checks, positions[:, -1], strict=True):
+            for check, end in zip(checks, ends, strict=True):
                 check.fail_if(
                     "poisson chunk",
-                    last < n,
+                    end < n,
                     lambda: PoissonShortfall(
                         f"a Poisson batch's chunk of {chunk} gaps fell short of the {n} records"
                     ),
                 )
             inside = positions < n
             return positions.long().masked_fill_(~inside, 0), inside, None
-        if bool((positions[:, -1] < n).any()):  # rare: a row needs another chunk
-            rows = [
-                _included(row, n, sampling_rate, g)
-                for row, g in zip(positions, generators, strict=True)
+        if bool((ends < n).any()):  # rare: a row needs another chunk
+            more = [
+                _included(row[:size], n, rate, g)
+                for row, size, rate, g in zip(positions, chunks, rates, generators, strict=True)
             ]
-            return _padded(rows, device)
+            return _padded(more, device)
         inside = positions < n
         sizes = inside.sum(dim=1).tolist()
         width = max(sizes)

@@ -3,9 +3,12 @@ calls where a one-trial program calls its session's mechanism.
 
 Each trial keeps its own mechanism, session, plan, ledger and noise stream; stacking only
 shares the arithmetic before the noise. When every trial's mechanism is the session's plain
-one with one clip (or one histogram shape), the stack is clipped (or summed) in one tensor
-program and each mechanism then releases its own trial's exact statistic (`release`: the
-plan check, the ledger entry and the noise are the mechanism's, as in a one-trial call).
+one, the stack is clipped (or summed) in one tensor program, each trial at its own clip, and
+each mechanism then releases its own trial's exact statistic at its own noise multiplier or
+scale (`record`: the plan check and the ledger entry are the mechanism's, as in a one-trial
+call). A round may hold fewer trials than the stack (those whose plans run more rounds: a
+stack of several configurations, `fairbench.methods.engine`): the mechanisms of its
+trials are the first `len(batches)`, and the others draw nothing.
 Otherwise (a wrapped or modified mechanism, e.g. the audit's, or exact discrete noise, which
 sums in float64) each trial's mechanism is called on its own trial's slice, which is the
 reference semantics the fast path is tested against.
@@ -45,11 +48,12 @@ class StackedBatches:
 
 
 def poisson_rounds(
-    sessions: list[PrivacySession], n: int, rate: float
+    sessions: list[PrivacySession], n: int, rate: float | Sequence[float]
 ) -> Callable[[], StackedBatches]:
     """Each session's Poisson batches from its own "sampling" stream (as `session.poisson`
-    draws them), drawn together."""
+    draws them) at its own rate (one for all, or one per session), drawn together."""
     device = sessions[0].device
+    rates = [float(rate)] * len(sessions) if isinstance(rate, float | int) else list(rate)
     draw = stacked_poisson_batches(
         n, rate, [s.stream("sampling") for s in sessions], device, [s.checks for s in sessions]
     )
@@ -57,19 +61,23 @@ def poisson_rounds(
     def next_round() -> StackedBatches:
         index, mask, sizes = draw()
         rows = index if sizes is None else [r[:size] for r, size in zip(index, sizes, strict=True)]
-        batches = [s.numbered(row, rate) for s, row in zip(sessions, rows, strict=True)]
+        batches = [s.numbered(row, r) for s, row, r in zip(sessions, rows, rates, strict=True)]
         return StackedBatches(batches, index, mask, sizes)
 
     return next_round
 
 
 def shuffled_rounds(
-    sessions: list[PrivacySession], n: int, batch_size: int, drop_last: bool = False
+    sessions: list[PrivacySession],
+    n: int,
+    batch_size: int | Sequence[int],
+    drop_last: bool = False,
 ) -> Callable[[], StackedBatches]:
     """Each session's shuffled mini-batches (`session.shuffled`: a fresh permutation of its
     "sampling" stream each epoch; non-private sessions, or private ones declared not
-    accounted), one round at a time."""
-    draws = [s.shuffled(n, batch_size, drop_last) for s in sessions]
+    accounted) of its own size (one for all, or one per session), one round at a time."""
+    sizes_ = [batch_size] * len(sessions) if isinstance(batch_size, int) else list(batch_size)
+    draws = [s.shuffled(n, size, drop_last) for s, size in zip(sessions, sizes_, strict=True)]
 
     def next_round() -> StackedBatches:
         batches = [draw() for draw in draws]
@@ -88,38 +96,50 @@ def shuffled_rounds(
     return next_round
 
 
-def _plain(
-    mechanisms: list, kind: type[GaussianSum | LaplaceHistogram], parameters: tuple[str, ...]
-) -> bool:
+def _plain(mechanisms: list, kind: type[GaussianSum | LaplaceHistogram]) -> bool:
     """Every mechanism is the session's own `kind` with float noise, and all share their
-    parameters and privacy: the stack can be released in one pass."""
+    privacy: the stack can be released in one pass (each at its own parameters)."""
     first = mechanisms[0]
     return all(
-        type(m) is kind
-        and not m.secure
-        and m.session.private == first.session.private
-        and all(getattr(m, p) == getattr(first, p) for p in parameters)
+        type(m) is kind and not m.secure and m.session.private == first.session.private
         for m in mechanisms
     )
 
 
+def per_trial(values: list[float], like: torch.Tensor) -> float | torch.Tensor:
+    """The trials' values of one parameter: the float where all are equal (one
+    configuration's arithmetic, unchanged), else a (T, 1) column in `like`'s dtype."""
+    if len(set(values)) == 1:
+        return values[0]
+    return torch.tensor(values, dtype=like.dtype, device=like.device).unsqueeze(1)
+
+
 def gaussian_sums(mechanisms: list, contributions, batches: list[Batch]) -> list[torch.Tensor]:
-    """Trial t's noisy clipped sum of `contributions.trial(t)` from `mechanisms[t]`, each part
-    stacked on a leading trial axis ([(T, K, d), (T, K)] for outer products, [(T, n_targets,
-    ...)] for scattered rows)."""
-    first = mechanisms[0]
+    """Trial t's noisy clipped sum of `contributions.trial(t)` from `mechanisms[t]`, for the
+    round's trials (the first `len(batches)` mechanisms), each part stacked on a leading
+    trial axis ([(T, K, d), (T, K)] for outer products, [(T, n_targets, ...)] for scattered
+    rows)."""
+    mechanisms = mechanisms[: len(batches)]
     plain = isinstance(contributions, StackedOuterProducts | StackedScattered) and _plain(
-        mechanisms, GaussianSum, ("clip", "sensitivity", "noise_multiplier")
+        mechanisms, GaussianSum
     )
     if not plain:
-        per_trial = [m(contributions.trial(t), batches[t]) for t, m in enumerate(mechanisms)]
-        return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
-    exact = clipped_sum(contributions, first.clip)
+        per_trial_sums = [m(contributions.trial(t), batches[t]) for t, m in enumerate(mechanisms)]
+        return [torch.stack(parts) for parts in zip(*per_trial_sums, strict=True)]
+    like = (
+        contributions.a if isinstance(contributions, StackedOuterProducts) else contributions.rows
+    )
+    exact = clipped_sum(contributions, per_trial([m.clip for m in mechanisms], like))
     sources = [m.record(b, exact[0].device) for m, b in zip(mechanisms, batches, strict=True)]
     if sources[0] is None:  # non-private trials: exact sums
         return exact
     return stacked_noisy_sums(
-        "gaussian", sources, exact, first.noise_multiplier, first.sensitivity, contributions.sizes
+        "gaussian",
+        sources,
+        exact,
+        [m.noise_multiplier for m in mechanisms],
+        [m.sensitivity for m in mechanisms],
+        contributions.sizes,
     )
 
 
@@ -131,14 +151,15 @@ def laplace_histograms(
     sizes: list[int] | None,
     batches: Sequence[Batch | None],
 ) -> torch.Tensor:
-    """Trial t's noisy histogram from `mechanisms[t]`: rows (T, B, K) of l1 norm <= 1 summed
-    into `n_parts` parts by `parts` (T, B); padding rows (beyond `sizes[t]`, or marked by the
-    round's mask when the sizes were not read) must be zero. A batch None: a full pass.
-    Returns (T, n_parts, K)."""
+    """Trial t's noisy histogram from `mechanisms[t]` (the round's trials: the first
+    `len(batches)`): rows (T, B, K) of l1 norm <= 1 summed into `n_parts` parts by `parts`
+    (T, B); padding rows (beyond `sizes[t]`, or marked by the round's mask when the sizes
+    were not read) must be zero. A batch None: a full pass. Returns (T, n_parts, K)."""
     n_trials, width = rows.shape[0], rows.shape[-1]
+    mechanisms = mechanisms[:n_trials]
     first = mechanisms[0]
     sizes = [rows.shape[1]] * n_trials if sizes is None else sizes  # bounds: padding is zero
-    if not _plain(mechanisms, LaplaceHistogram, ("scale", "sensitivity")):
+    if not _plain(mechanisms, LaplaceHistogram):
         return torch.stack(
             [
                 m(rows[t, :size], parts[t, :size], n_parts, batches[t])
@@ -154,7 +175,8 @@ def laplace_histograms(
     sources = [m.record(b, rows.device) for m, b in zip(mechanisms, batches, strict=True)]
     if sources[0] is None:
         return hist
-    return stacked_noisy_sums("laplace", sources, [hist], first.scale, first.sensitivity, sizes)[0]
+    scales, sensitivities = [m.scale for m in mechanisms], [m.sensitivity for m in mechanisms]
+    return stacked_noisy_sums("laplace", sources, [hist], scales, sensitivities, sizes)[0]
 
 
 def gaussian_counts(

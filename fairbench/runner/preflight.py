@@ -67,7 +67,7 @@ def preflight(specs: list[TrialSpec], seeds: list[int]) -> Preflight:
     warnings = _seed_warnings(seeds)
     groups: dict[str, list[TrialSpec]] = {}
     for spec in specs:
-        groups.setdefault(spec.stack_key, []).append(spec)
+        groups.setdefault(spec.config_key, []).append(spec)
     step_ms = step_milliseconds()
     configs, warned = [], set()
     for members in groups.values():

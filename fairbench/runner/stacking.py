@@ -1,12 +1,17 @@
-"""Which trials train together: trials that differ only in seed and knob value, of a method
-that stacks (`Method.stackable`), run as one stacked program (`runner.trial.run_stack`).
+"""Which trials train together: trials that differ only in seed, knob value and the
+hyper-parameters their method declares `mixed` (a tune's draws of one method entry at one
+epsilon), of a method that stacks (`Method.stackable`), run as one stacked program
+(`runner.trial.stack_key`, `runner.trial.run_stack`).
 
 A trial's numbers depend on its stack-mates within float32 reduction order (padding and
 batched matrix products sum in another order), so stacks are a function of the config alone:
-every trial of the config, grouped, sorted by (seed, knob) and cut into balanced pieces of at
-most `MAX_STACK` (bounded so that a stack's training sets, one per seed, fit in memory). The
-worker count, a resume, or the executor never change them, so a run gives the same numbers
-however it is run. Units are ordered larger epsilon first (a method calibrated by its step
+every trial of the config, grouped, sorted by (seed, knob, label, hyper-parameters) and cut
+into balanced pieces of at most `MAX_STACK` (bounded so that a stack's training sets, one
+per seed, fit in memory). A trial whose plan its method refuses (a draw that cannot be
+calibrated at its epsilon) fails alone and the rest of its stack still runs as one
+(`runner.worker.run_unit`), which again depends on the specs alone. The worker count, a
+resume, or the executor never change them, so a run gives the same numbers however it is
+run. Units are ordered larger epsilon first (a method calibrated by its step
 count runs more steps there), then largest first, so that long units start early. Every
 other trial is a unit of its own.
 """
@@ -15,25 +20,10 @@ from __future__ import annotations
 
 import json
 import math
-from functools import cache
 
-from fairbench.errors import FairbenchError
-from fairbench.methods import get_method
-from fairbench.runner.trial import TrialSpec
+from fairbench.runner.trial import TrialSpec, stack_key
 
 MAX_STACK = 20
-
-
-@cache
-def _stackable(method: str, hparams_json: str) -> bool:
-    try:
-        return get_method(method, **json.loads(hparams_json)).stackable()
-    except FairbenchError:  # invalid hyperparameters: the trial runs alone and fails there
-        return False
-
-
-def stackable(spec: TrialSpec) -> bool:
-    return _stackable(spec.method, json.dumps(spec.hparams, sort_keys=True))
 
 
 def work_units(specs: list[TrialSpec], max_stack: int = MAX_STACK) -> list[list[TrialSpec]]:
@@ -41,11 +31,17 @@ def work_units(specs: list[TrialSpec], max_stack: int = MAX_STACK) -> list[list[
     done or not, so that the stacks are the config's."""
     groups: dict[str, list[TrialSpec]] = {}
     for spec in specs:
-        key = spec.stack_key if stackable(spec) else spec.trial_id
-        groups.setdefault(key, []).append(spec)
+        groups.setdefault(stack_key(spec) or spec.trial_id, []).append(spec)
     units: list[list[TrialSpec]] = []
     for members in groups.values():
-        members.sort(key=lambda s: (s.seed, -math.inf if s.knob is None else s.knob))
+        members.sort(
+            key=lambda s: (
+                s.seed,
+                -math.inf if s.knob is None else s.knob,
+                s.label,
+                json.dumps(s.hparams, sort_keys=True, default=str),
+            )
+        )
         size = math.ceil(len(members) / math.ceil(len(members) / max_stack))
         units += [members[i : i + size] for i in range(0, len(members), size)]
     units.sort(key=lambda u: (-(u[0].epsilon or 0.0), -len(u)))

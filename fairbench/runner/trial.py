@@ -16,7 +16,8 @@ from fairbench import constraints, metrics
 from fairbench.constraints import RateConstraintSet
 from fairbench.datasets import get_dataset
 from fairbench.datasets.base import SPLIT_SEED
-from fairbench.methods import FairnessSpec, Fitted, get_method
+from fairbench.errors import FairbenchError
+from fairbench.methods import FairnessSpec, Fitted, Method, get_method
 from fairbench.methods.trial import Trial, as_device, resolve_device
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, ledger_cache
 from fairbench.privacy.session import PrivacyContractError, PrivacySession, check_plan
@@ -62,8 +63,8 @@ class TrialSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
-    def stack_key(self) -> str:
-        """What the trials of one stack (`run_stack`) share: the spec but its seed and knob."""
+    def config_key(self) -> str:
+        """What the trials of one configuration share: the spec but its seed and knob."""
         shared = {k: v for k, v in asdict(self).items() if k not in ("seed", "knob")}
         return json.dumps(shared, sort_keys=True, default=str)
 
@@ -71,6 +72,32 @@ class TrialSpec:
     def config_id(self) -> str:
         """Hash of the hyperparameters alone: one point on a Pareto plot per (config, knob)."""
         return hashlib.sha256(json.dumps(self.hparams, sort_keys=True).encode()).hexdigest()[:8]
+
+
+@lru_cache(maxsize=1024)
+def _mixed(method: str, hparams_json: str) -> frozenset[str] | None:
+    """The method's `mixed` hyper-parameters where it stacks; None where it does not (or the
+    hyperparameters are invalid: the trial then runs alone and fails there)."""
+    try:
+        configured = get_method(method, **json.loads(hparams_json))
+    except FairbenchError:
+        return None
+    return configured.mixed if configured.stackable() else None
+
+
+def stack_key(spec: TrialSpec) -> str | None:
+    """What the trials of one stack (`run_stack`) share: the spec but its seed, knob, the
+    hyper-parameters its method declares `mixed` (`Method.mixed`) and the draw number of its
+    label (a tune's draws of one entry are `label#i`: they stack; another entry, such as one
+    joining a tune later, never joins their stacks); None for a trial that trains alone (its
+    method does not stack)."""
+    mixed = _mixed(spec.method, json.dumps(spec.hparams, sort_keys=True))
+    if mixed is None:
+        return None
+    shared = {k: v for k, v in asdict(spec).items() if k not in ("seed", "knob")}
+    shared["label"] = spec.label.rsplit("#", 1)[0]
+    shared["hparams"] = {k: v for k, v in spec.hparams.items() if k not in mixed}
+    return json.dumps(shared, sort_keys=True, default=str)
 
 
 @lru_cache(maxsize=16)  # a figure's seeds (10) fit: stacks span several seeds, in turn
@@ -230,8 +257,9 @@ def run_trial(spec: TrialSpec) -> TrialRow:
 
 
 def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
-    """Fit trials that differ only in seed and knob (`TrialSpec.stack_key`) as one stacked
-    program where the method stacks (else one after another), then account and evaluate each.
+    """Fit trials of one stack (`stack_key`: they differ only in seed, knob, draw and their
+    method's `mixed` hyper-parameters) as one stacked program where the method stacks (else
+    one after another), then account and evaluate each.
 
     A trial's `wall_seconds` is its share of the stack's fit plus the accounting of its own
     ledger (epsilon, plan check, cross-checks; cached per distinct ledger by
@@ -239,13 +267,23 @@ def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
     trial into `data` (loading the tasks, cached per process; shared like the fit), `fit`,
     `accounting` and `evaluation` (both held-out splits' metrics)."""
     first = specs[0]
-    if any(spec.stack_key != first.stack_key for spec in specs):
-        raise ValueError("a stack's trials must differ only in seed and knob")
+    if len(specs) > 1 and (
+        stack_key(first) is None or any(stack_key(s) != stack_key(first) for s in specs)
+    ):
+        raise ValueError(
+            "a stack's trials must differ only in seed, knob and their method's mixed "
+            "hyperparameters"
+        )
     began = time.perf_counter()
     tasks = [load_task(spec) for spec in specs]
     loaded = time.perf_counter()
-    method = get_method(first.method, **first.hparams)
-    privacy = PrivacyBudget(first.epsilon, first.delta) if first.epsilon is not None else None
+    configured: dict[str, Method] = {}  # one method per configuration
+    for s in specs:
+        key = json.dumps(s.hparams, sort_keys=True)
+        if key not in configured:
+            configured[key] = get_method(s.method, **s.hparams)
+    methods = [configured[json.dumps(s.hparams, sort_keys=True)] for s in specs]
+    budgets = [PrivacyBudget(s.epsilon, s.delta) if s.epsilon is not None else None for s in specs]
     trials = [
         Trial(
             task,
@@ -254,16 +292,18 @@ def run_stack(specs: list[TrialSpec]) -> list[TrialRow]:
                 s.seed, resolve_device(as_device(s.device)), privacy, secure_noise=s.secure_noise
             ),
         )
-        for s, task in zip(specs, tasks, strict=True)
+        for s, task, privacy in zip(specs, tasks, budgets, strict=True)
     ]
-    fits = method.fit_stack(trials)
+    fits = methods[0].fit_stack(trials, methods)
     shared = {
         "data": (loaded - began) / len(specs),
         "fit": (time.perf_counter() - loaded) / len(specs),
     }
     return [
         _evaluated(spec, method, fitted, trial, privacy, shared)
-        for spec, fitted, trial in zip(specs, fits, trials, strict=True)
+        for spec, method, fitted, trial, privacy in zip(
+            specs, methods, fits, trials, budgets, strict=True
+        )
     ]
 
 

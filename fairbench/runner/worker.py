@@ -8,9 +8,12 @@ import traceback
 import torch
 
 from fairbench.errors import FairbenchError
+from fairbench.methods import FairnessSpec, get_method
+from fairbench.methods.plan import DataShape
+from fairbench.privacy import PrivacyBudget
 from fairbench.rundir.row import TrialRow
 from fairbench.runner.lifeline import die_with_parent, ignore_interrupts
-from fairbench.runner.trial import TrialSpec, run_stack, run_trial
+from fairbench.runner.trial import TrialSpec, load_task, run_stack, run_trial
 
 
 def single_threaded() -> None:
@@ -33,22 +36,42 @@ def failure_message(exc: BaseException) -> str:
 
 def run_unit(specs: list[TrialSpec]) -> list[tuple[TrialSpec, TrialRow | None, str | None]]:
     """Run one work unit (`runner.stacking.work_units`: one trial, or a stack) where this is
-    called: (spec, result, None) or (spec, None, error) for each trial. A stack that fails
-    is re-run one trial at a time, so that each error names its own trial and the others
-    still finish."""
+    called: (spec, result, None) or (spec, None, error) for each trial. A stack's trials that
+    cannot be planned (a tune's draw whose noise cannot be calibrated at its epsilon: a
+    function of its spec) fail alone and the others still stack; a stack that fails
+    otherwise is re-run one trial at a time, so that each error names its own trial and the
+    others still finish."""
     single_threaded()
+    out: list[tuple[TrialSpec, TrialRow | None, str | None]] = []
+    if len(specs) > 1:
+        refused = {s.trial_id: why for s in specs if (why := plan_refusal(s)) is not None}
+        out = [(s, None, refused[s.trial_id]) for s in specs if s.trial_id in refused]
+        specs = [s for s in specs if s.trial_id not in refused]
     if len(specs) > 1:
         try:
-            return [(s, row, None) for s, row in zip(specs, run_stack(specs), strict=True)]
-        except Exception:  # attributed below, trial by trial
+            return out + [(s, row, None) for s, row in zip(specs, run_stack(specs), strict=True)]
+        except Exception:  # attributed below
             pass
-    out: list[tuple[TrialSpec, TrialRow | None, str | None]] = []
     for spec in specs:
         try:
             out.append((spec, run_trial(spec), None))
         except Exception as exc:  # a failed trial is reported, the unit goes on
             out.append((spec, None, failure_message(exc)))
     return out
+
+
+def plan_refusal(spec: TrialSpec) -> str | None:
+    """Why the trial's method cannot plan it (public inputs only: its calibration, cached
+    for the fit), or None."""
+    try:
+        method = get_method(spec.method, **spec.hparams)
+        privacy = None if spec.epsilon is None else PrivacyBudget(spec.epsilon, spec.delta)
+        fairness = FairnessSpec(spec.constraint, spec.knob, spec.constraint_definition)
+        method.check(fairness)
+        method.plan(DataShape.of(load_task(spec)), privacy, fairness, spec.seed)
+    except FairbenchError as exc:
+        return failure_message(exc)
+    return None
 
 
 def run_units(units: list[list[TrialSpec]]) -> list[tuple[TrialSpec, TrialRow | None, str | None]]:

@@ -292,3 +292,78 @@ def figure_time(
         },
         "methods": methods,
     }
+
+
+def stack_times(
+    tune: str,
+    methods: tuple[str, ...] = ("dp-sgd", "raco-dp"),
+    epsilon: float = 1.0,
+    draws: int = 16,
+    repeats: int = 3,
+) -> dict[str, Any]:
+    """What stacks across configurations save: each method's first `draws` draws of the
+    tune config's space, at `epsilon` on its first dataset and search seed, fitted as one
+    program per draw and as one stacked program (`Method.mixed`), alternately `repeats`
+    times in this process; the median wall seconds of each and their ratio. Calibration is
+    cached before timing (both pay the same cached planning), so the times are training's.
+    A draw that cannot be calibrated at `epsilon` is left out of both."""
+    from fairbench.methods.trial import Trial
+    from fairbench.privacy.session import PrivacySession
+    from fairbench.runner.config import expand
+    from fairbench.runner.trial import load_task
+    from fairbench.runner.worker import plan_refusal
+    from fairbench.workflows.tune import load_tune_config, sample_configurations, search_config
+
+    config = load_tune_config(tune)
+    seed = config.search_seeds[0]
+    specs = [
+        s
+        for s in expand(search_config(config, sample_configurations(config, draws)), lambda _: None)
+        if s.method in methods and s.epsilon == epsilon and s.seed == seed
+    ]
+    first = specs[0]
+    out: dict[str, Any] = {
+        "tune": tune,
+        "dataset": first.dataset,
+        "n_train": len(load_task(first).train),
+        "epsilon": epsilon,
+        "seed": seed,
+        "repeats": repeats,
+        "methods": {},
+    }
+    for name in methods:
+        mine = [s for s in specs if s.method == name and plan_refusal(s) is None]
+        configured = [get_method(s.method, **s.hparams) for s in mine]
+
+        def trials(mine=mine) -> list[Trial]:
+            return [
+                Trial(
+                    load_task(s),
+                    FairnessSpec(s.constraint, s.knob, s.constraint_definition),
+                    PrivacySession(s.seed, budget=PrivacyBudget(epsilon, s.delta)),
+                )
+                for s in mine
+            ]
+
+        def alone(configured=configured, trials=trials) -> list[Any]:
+            return [m.fit_stack([t])[0] for m, t in zip(configured, trials(), strict=True)]
+
+        def stacked(configured=configured, trials=trials) -> list[Any]:
+            return configured[0].fit_stack(trials(), configured)
+
+        seconds: dict[str, list[float]] = {"programs": [], "stacked": []}
+        for _ in range(repeats):
+            for kind, fit in (("programs", alone), ("stacked", stacked)):
+                began = time.perf_counter()
+                fits = fit()
+                seconds[kind].append(time.perf_counter() - began)
+        medians = {kind: statistics.median(times) for kind, times in seconds.items()}
+        out["methods"][name] = {
+            "draws": len(mine),
+            "infeasible_draws": draws - len(mine),
+            "steps": [f.budget.steps for f in fits],
+            "seconds": seconds,
+            "median_seconds": medians,
+            "ratio": medians["programs"] / medians["stacked"],
+        }
+    return out

@@ -10,7 +10,10 @@ cannot be re-run and is reported as such.
 
 The sample takes every (method label, epsilon, dataset) group of the run in turn, trials in
 a seeded random order within each, so that every method and budget is represented however
-small the sample.
+small the sample. A sampled trial is re-run in the stack the run trained it in (a trial's
+numbers depend on its stack-mates within float32 reduction order: `runner.stacking`): its
+whole stack, cut from every finished trial of the run as the run cut it, runs again, and
+only the sampled trials are compared.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 
 from fairbench.rundir.store import finished_rows
 from fairbench.runner.execute import execute
+from fairbench.runner.stacking import work_units
 from fairbench.runner.trial import NOISE_SAMPLERS, TrialSpec
 
 COMPARED = ("test_predictions_sha256", "val_predictions_sha256", "epsilon_spent")
@@ -97,7 +101,8 @@ def sample(rows: list[dict[str, Any]], size: int, seed: int = 0) -> list[dict[st
 
 def verify(run_dir: Path, size: int, seed: int = 0, workers: int = 1) -> list[Check]:
     """Re-run `size` sampled trials of `run_dir` and compare each with its stored row."""
-    rows = sample(finished_rows(run_dir, "verify"), size, seed)
+    all_rows = finished_rows(run_dir, "verify")
+    rows = sample(all_rows, size, seed)
     checks: dict[str, Check] = {}
     runnable: dict[str, tuple[dict[str, Any], TrialSpec]] = {}
     for row in rows:
@@ -114,7 +119,7 @@ def verify(run_dir: Path, size: int, seed: int = 0, workers: int = 1) -> list[Ch
                 row["trial_id"], row["label"], spec.epsilon, {}, problem
             )
     with tempfile.TemporaryDirectory(prefix="fairbench-verify-") as work:
-        done = execute([spec for _, spec in runnable.values()], Path(work), workers, quiet=True)
+        done = execute(stacks_of(all_rows, set(runnable)), Path(work), workers, quiet=True)
         failed = dict(done.failed)
         now = {r["trial_id"]: r for r in finished_rows(Path(work), "verify")} if done.done else {}
     for trial_id, (row, spec) in runnable.items():
@@ -130,6 +135,16 @@ def verify(run_dir: Path, size: int, seed: int = 0, workers: int = 1) -> list[Ch
         }
         checks[trial_id] = Check(trial_id, row["label"], spec.epsilon, differences)
     return [checks[row["trial_id"]] for row in rows]
+
+
+def stacks_of(rows: list[dict[str, Any]], sampled: set[str]) -> list[TrialSpec]:
+    """Every trial of the stacks (`work_units` of all the run's finished trials that can be
+    re-run) that hold a `sampled` trial id."""
+    specs = [spec_of(row) for row in rows]
+    runnable = [s for s, row in zip(specs, rows, strict=True) if s.trial_id == row["trial_id"]]
+    return [
+        s for unit in work_units(runnable) if sampled & {u.trial_id for u in unit} for s in unit
+    ]
 
 
 def _same(committed: Any, now: Any) -> bool:

@@ -89,8 +89,8 @@ def spy(monkeypatch):
         method = real_get_method(name, **hparams)
         fit_stack = method.fit_stack
 
-        def fit_and_keep(trials):
-            seen["fitted"] += fit_stack(trials)
+        def fit_and_keep(trials, methods=None):
+            seen["fitted"] += fit_stack(trials, methods)
             return seen["fitted"][-len(trials) :]
 
         method.fit_stack = fit_and_keep

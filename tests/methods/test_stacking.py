@@ -3,6 +3,8 @@ trial the result it gets alone, with its own ledger, and the runner groups them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ from fairbench.methods.trial import Trial
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.session import PrivacySession, canonical
 from fairbench.runner.stacking import work_units
-from fairbench.runner.trial import TrialSpec, run_stack, run_trial
+from fairbench.runner.trial import TrialSpec, run_stack, run_trial, stack_key
 
 FAST = {"epochs": 1, "steps": 5, "max_iter": 3, "iterations": 3, "T": 3}
 KNOBS = {
@@ -173,7 +175,7 @@ def test_work_units_stack_only_what_may_share_a_program():
     stacks = [u for u in units if len(u) > 1]
     assert [len(u) for u in stacks] == [6, 6, 2]
     assert [u[0].epsilon for u in stacks] == [3.0, 1.0, 1.0]  # larger epsilon first
-    assert all(len({s.stack_key for s in u}) == 1 for u in stacks)
+    assert all(len({stack_key(s) for s in u}) == 1 for u in stacks)
     assert [u[0].method for u in stacks] == ["raco-dp", "raco-dp", "cgoo"]  # the mlp: alone
     assert [len(u) for u in work_units(specs[:12], max_stack=4)] == [3, 3, 3, 3]
 
@@ -195,7 +197,7 @@ def test_the_runner_stores_a_stack_as_the_trials_alone():
         assert row.epsilon_spent == alone.epsilon_spent
         assert row.test["error"] == pytest.approx(alone.test["error"], abs=2e-3)
         assert row.wall_seconds > 0
-    with pytest.raises(ValueError, match="differ only in seed and knob"):
+    with pytest.raises(ValueError, match="differ only in seed, knob and"):
         run_stack([specs[0], spec("raco-dp", 0, 0.05, 3.0, epochs=1, calibrate="noise")])
 
 
@@ -268,3 +270,161 @@ def test_padding_rows_of_a_device_batch_contribute_nothing_through_one_model(tas
     torch.nn.functional.cross_entropy(model(data.x[real]), data.y[real], reduction="sum").backward()
     for got, want in zip(summed, [p.grad for p in model.parameters()], strict=True):
         assert torch.allclose(got[0], want, atol=1e-5)
+
+
+# draws of a tune: one stack, each trial its own step size, batch size (so rate and rounds),
+# epochs, clip, noise and knob; on 384 training rows the longest runs 24 rounds, the shortest 3
+MIXED = {
+    "dp-sgd": [
+        {"lr": 0.5, "batch_size": 32, "epochs": 2},
+        {"lr": 2.0, "batch_size": 128, "epochs": 1, "clip_norm": 0.5},
+        {"lr": 1.0, "batch_size": 64, "epochs": 3},
+    ],
+    "raco-dp": [
+        {"lr": 0.5, "batch_size": 32, "epochs": 2, "laplace_scale": 5.0},
+        {"lr": 0.1, "batch_size": 128, "epochs": 1, "lr_dual": 0.5, "clip_norm": 1.0},
+        {"lr": 1.0, "batch_size": 64, "epochs": 3, "laplace_scale": 20.0, "lambda_max": 0.5},
+    ],
+    "sgda": [
+        {"lr": 0.5, "batch_size": 32, "epochs": 2},
+        {"lr": 0.1, "batch_size": 128, "epochs": 1, "lr_dual": 0.5},
+    ],
+    "cgoo": [  # 3 iterations of 12 steps, 6 of 1, 3 of 3
+        {"lr": 0.5, "batch_size": 32, "epochs": 1, "iterations": 3},
+        {"lr": 2.0, "batch_size": 128, "epochs": 0.25, "iterations": 6, "lr_dual": 0.5},
+        {"lr": 1.0, "batch_size": 64, "epochs": 0.5, "iterations": 3, "clip_norm": 0.5},
+    ],
+}
+MIXED["raco-dp[padded]"] = MIXED["raco-dp"]  # the authors' batches, each trial's own size
+MIXED_SHARED = {
+    "raco-dp": {"calibrate": "noise"},
+    "raco-dp[padded]": {"calibrate": "noise", "batches": "padded", "parity_unaccounted": True},
+}
+
+
+def mixed_trials(entry: str, tasks) -> tuple[list, list[Trial]]:
+    """Each draw of MIXED on both seeds, knob values alternating: (methods, trials)."""
+    name = entry.split("[")[0]
+    cls = method_class(name)
+    budget = PrivacyBudget(1.0) if cls.private else None
+    methods, trials = [], []
+    for i, hparams in enumerate(MIXED[entry]):
+        for seed in (0, 1):
+            methods.append(get_method(name, **MIXED_SHARED.get(entry, {}), **hparams))
+            knob = None if cls.knob is None else KNOBS[name][(i + seed) % 2]
+            fairness = FairnessSpec("demographic_parity", knob)
+            trials.append(Trial(tasks[seed], fairness, PrivacySession(seed, budget=budget)))
+    return methods, trials
+
+
+@pytest.mark.parametrize("entry", sorted(MIXED))
+def test_a_stack_of_several_configurations_gives_every_trial_its_result_alone(
+    entry, tasks, monkeypatch
+):
+    """One program for every draw (different lr, batch size, epochs: different round
+    counts, clip, noise, knob): each trial's ledger is its own alone, its parameters and
+    multipliers are its own within float32 reduction order."""
+    methods, trials = mixed_trials(entry, tasks)
+    programs = []
+    stack_program = type(methods[0]).stack_program
+
+    def spy(self, stack):
+        programs.append(len(stack.trials))
+        return stack_program(self, stack)
+
+    monkeypatch.setattr(type(methods[0]), "stack_program", spy)
+    stacked = methods[0].fit_stack(trials, methods)
+    assert programs == [len(trials)]
+    steps = sorted({f.budget.steps for f in stacked})
+    assert len(steps) == len(MIXED[entry]) and steps[-1] >= 6 * steps[0]
+    _, fresh = mixed_trials(entry, tasks)
+    for s, method, trial in zip(stacked, methods, fresh, strict=True):
+        a = method.fit_stack([trial])[0]
+        assert s.budget == a.budget and s.info.keys() == a.info.keys()
+        for key, value in a.info.items():
+            if key == "trace":  # of noisy statistics of the predictions: one may flip
+                assert len(s.info[key]) == len(value)
+            elif key in ("lambda", "G"):
+                np.testing.assert_allclose(s.info[key], value, atol=1e-5, rtol=0)
+            else:
+                assert s.info[key] == value
+        assert canonical(s.ledger) == canonical(a.ledger) and s.plan == a.plan
+        for p, q in zip(parameters(s), parameters(a), strict=True):
+            assert float((p - q).abs().max()) <= 1e-5
+
+
+def test_a_stack_of_several_configurations_draws_each_trial_its_own_batches(tasks):
+    """Each row of a round at its own rate is the batch its generator draws alone, on the
+    host and on a device's sync-free path (rows as wide as the longest chunk, masked)."""
+    from fairbench.privacy.sampling import poisson_batches, stacked_poisson_batches
+    from fairbench.privacy.sync import device_paths
+    from fairbench.streams import torch_stream
+
+    rates, cpu = [0.05, 0.2, 0.01], torch.device("cpu")
+
+    def streams():
+        return [torch_stream(s, "x", cpu) for s in range(3)]
+
+    draw = stacked_poisson_batches(600, rates, streams(), cpu)
+    with device_paths():
+        on_device = stacked_poisson_batches(600, rates, streams(), cpu)
+    alone = [poisson_batches(600, r, g, cpu) for r, g in zip(rates, streams(), strict=True)]
+    for _ in range(5):
+        index, mask, sizes = draw()
+        with device_paths():
+            wide, inside, unread = on_device()
+        assert mask is not None and sizes is not None and unread is None
+        for t, single in enumerate(alone):
+            batch = single()
+            assert torch.equal(index[t, : sizes[t]], batch) and int(mask[t].sum()) == sizes[t]
+            assert torch.equal(wide[t][inside[t]], batch)
+
+
+def draw(i: int, seed: int, knob: float, epsilon: float = 1.0, **hparams) -> TrialSpec:
+    """A tune's draw i of raco-dp (label `raco-dp#i`)."""
+    drawn = spec("raco-dp", seed, knob, epsilon, calibrate="noise", **hparams)
+    return dataclasses.replace(drawn, label=f"raco-dp#{i}")
+
+
+def test_the_runner_stacks_a_tunes_draws_and_stores_each_as_alone():
+    draws = [
+        {"lr": 0.5, "batch_size": 32, "epochs": 1},
+        {"lr": 0.2, "batch_size": 128, "epochs": 2, "laplace_scale": 20.0},
+    ]
+    specs = [draw(i, s, k, **d) for i, d in enumerate(draws) for s in (0, 1) for k in (0.05, 0.1)]
+    others = [
+        dataclasses.replace(draw(0, 0, 0.05, epochs=1), label="raco-dp-b#0"),  # another entry
+        dataclasses.replace(draw(0, 0, 0.05, epochs=1), hparams={"epochs": 1}),  # calibrate
+        draw(0, 0, 0.05, 3.0, epochs=1),  # another epsilon
+        spec("dp-sgd", 0, None, 1.0, model="mlp", lr=0.5),  # does not stack
+        spec("dp-sgd", 0, None, 1.0, model="mlp", lr=2.0),
+    ]
+    units = work_units(specs + others)
+    assert sorted(len(u) for u in units) == [1, 1, 1, 1, 1, 8]
+    (stack,) = [u for u in units if len(u) == 8]
+    assert [(s.seed, s.knob, s.label) for s in stack] == [
+        (s, k, f"raco-dp#{i}") for s in (0, 1) for k in (0.05, 0.1) for i in range(2)
+    ]
+    rows = run_stack(stack)
+    for s, row in zip(stack, rows, strict=True):
+        alone = run_trial(s)
+        assert row.trial_id == alone.trial_id and row.ledger == alone.ledger
+        assert row.epsilon_spent == alone.epsilon_spent
+        assert row.test["error"] == pytest.approx(alone.test["error"], abs=2e-3)
+
+
+def test_a_draw_that_cannot_be_planned_fails_alone_and_the_others_still_stack(monkeypatch):
+    from fairbench.runner import worker
+
+    stacks = []
+    real = worker.run_stack
+    monkeypatch.setattr(worker, "run_stack", lambda specs: stacks.append(len(specs)) or real(specs))
+    unit = [
+        draw(i, 0, 0.05, 0.1, epochs=1, laplace_scale=scale)
+        for i, scale in enumerate((1.0, 50.0, 100.0))
+    ]
+    results = worker.run_unit(unit)
+    assert stacks == [2]
+    errors = {s.label: error for s, _, error in results}
+    assert errors["raco-dp#0"].startswith("CalibrationError: ")
+    assert errors["raco-dp#1"] is None and errors["raco-dp#2"] is None

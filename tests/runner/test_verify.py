@@ -34,3 +34,26 @@ def test_verify_reproduces_a_run_and_names_what_differs(cli, tmp_path):
     code, out, _ = cli("verify", str(committed), "--workers", "1", "--sample", "2")
     assert code == 1 and "1 of 2 trials bit-identical" in out
     assert f"differs {rows.loc[private, 'trial_id']}" in out and "epsilon_spent" in out
+
+
+def test_a_sampled_trial_is_re_run_in_the_stack_the_run_trained_it_in():
+    from dataclasses import asdict
+
+    from fairbench.runner.trial import TrialSpec
+    from fairbench.workflows.verify import stacks_of
+
+    def draw(i: int, seed: int, lr: float) -> TrialSpec:
+        hparams = {"lr": lr, "epochs": 1, "calibrate": "noise"}
+        return TrialSpec(
+            "synthetic", {"n_rows": 400}, "raco-dp", f"raco-dp#{i}", hparams,
+            "demographic_parity", 0.05, 1.0, 1e-5, seed,
+        )  # fmt: skip
+
+    specs = [draw(i, seed, lr) for i, lr in enumerate((0.1, 0.5, 2.0)) for seed in (0, 1)]
+    other = TrialSpec(
+        "synthetic", {"n_rows": 400}, "erm", "erm", {}, "demographic_parity", None, None, 1e-5, 0
+    )
+    rows = [{**asdict(s), "trial_id": s.trial_id} for s in [*specs, other]]
+    stack = stacks_of(rows, {specs[3].trial_id})
+    assert sorted(s.trial_id for s in stack) == sorted(s.trial_id for s in specs)
+    assert stacks_of(rows, {other.trial_id}) == [other]
