@@ -205,8 +205,7 @@ def satisfaction_figures(points: pd.DataFrame, out_dir: Path, hyper: str = UNTUN
     gamma_points = points[points["knob_name"] == "gamma"]
     lines = _linestyles(points)
     written = []
-    for (dataset, constraint, notion), grp, refs in _by_notion(gamma_points):
-        private = grp[~grp["epsilon"].map(math.isinf)]
+    for (dataset, constraint, notion), private, refs in _by_notion(gamma_points):
         grp = pd.concat([private, refs])
         epsilons = sorted(private["epsilon"].unique()) or [math.inf]
         fig, axes = new_figure(1, len(epsilons), (3.8, 3.8), sharey=True)
