@@ -80,13 +80,16 @@ from fairbench.workflows.spaces import resolve_space
 from fairbench.workflows.tune import (
     MethodSpace,
     TuneConfig,
+    check_space,
     choose,
     is_infeasible,
     sample_configurations,
 )
 
 SPACES = BUNDLED / "advise" / "methods.yaml"  # the methods advise chooses among, and their spaces
-BATCH_FRACTIONS = (0.01, 0.02, 0.04, 0.08)  # of the training rows: fig-privacy-cost's rates
+# of the training rows: the range of fig-privacy-cost's batch spaces (configs/spaces.yaml), from
+# about 1% to about a third (RaCO-DP's paper region)
+BATCH_FRACTIONS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
 TRAIN_SHARE = 0.75 * 0.85  # a record's chance of the training part (25% test, 15% of the rest)
 SUPPORT = 8  # configurations per method a candidate is drawn from
 PLAN_COUNT_SHARE = 0.1  # epsilon of the plan's noisy group counts, as a share of the user's
@@ -258,7 +261,12 @@ def applicable(
         else:
             fixed = "batch_size" in raw.get("hparams", {})
             space = {**({} if fixed else {"batch_size": batches}), **raw.get("space", {})}
-            chosen.append(MethodSpace.model_validate({**raw, "space": space}))
+            entry = MethodSpace.model_validate({**raw, "space": space})
+            try:
+                check_space(entry)
+            except ConfigError as exc:
+                raise ConfigError(f"--spaces: {exc}") from None
+            chosen.append(entry)
     if not chosen:
         raise ConfigError(
             f"no method left to advise on for {constraint}: "

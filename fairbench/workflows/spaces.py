@@ -3,8 +3,9 @@ configs and advise's method list name it, so the same space cannot drift between
 
 A method entry's `space:` is a mapping (hyper-parameter -> distribution), the name of a space,
 or a list of names and mappings merged in order under `extends:`'s rule
-(`fairbench.runner.config_files.merge`): `[raco-dp, batch-32-256]` is RaCO-DP's space with the
-batch sizes of a dataset of a few thousand training rows.
+(`fairbench.runner.config_files.merge`): `[raco-dp, batch-32-1024]` is RaCO-DP's space with the
+batch sizes of a dataset of a few thousand training rows. A space's `choose:` and `default:`
+are the sampler's (`fairbench.workflows.tune.sample_configurations`).
 """
 
 from __future__ import annotations

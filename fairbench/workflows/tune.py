@@ -71,6 +71,8 @@ from fairbench.runner.trial import TrialSpec
 from fairbench.workflows.spaces import resolve_space
 
 KNOB = "knob"
+CHOOSE = "choose"  # a space's alternative sub-spaces, one drawn per configuration
+DEFAULT = "default"  # a space's always-included configuration, draw 0
 NOT_CHARGED = "tuning not charged"
 SCORE_SHARE = 0.5  # default share of a private candidate's privacy budget spent on its noisy score
 SUPPORT = 16  # default configurations per method a private selection draws its candidates from
@@ -82,7 +84,8 @@ class MethodSpace(_Strict):
     label: str | None = None
     hparams: dict[str, Any] = Field(default_factory=dict)  # fixed, not searched
     # name -> a list (uniform choice), {log: [lo, hi]} or {uniform: [lo, hi]}; `knob` is the
-    # method's fairness knob. Or named spaces (workflows.spaces): `raco-dp`, `[raco-dp, ...]`
+    # method's fairness knob; `choose:` alternative sub-spaces, `default:` draw 0 (see
+    # `sample_configurations`). Or named spaces (workflows.spaces): `raco-dp`, `[raco-dp, ...]`
     space: dict[str, Any] = Field(default_factory=dict)
     # an accuracy reference (ERM; DP-SGD, the private one): selected on validation error alone,
     # the targets ignored
@@ -96,18 +99,48 @@ class MethodSpace(_Strict):
     @field_validator("space")
     @classmethod
     def _distributions(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for name, dist in value.items():
-            if isinstance(dist, list) and dist:
-                continue
-            if isinstance(dist, dict) and len(dist) == 1:
-                ((kind, bounds),) = dist.items()
-                if kind in ("log", "uniform") and _interval(bounds, kind == "log"):
-                    continue
-            raise ValueError(
-                f"space.{name}: give a non-empty list, {{log: [lo, hi]}} (0 < lo < hi) or "
-                "{uniform: [lo, hi]} (lo < hi)"
-            )
+        common = {k: v for k, v in value.items() if k not in (CHOOSE, DEFAULT)}
+        _check_distributions(common, "space")
+        alternatives = value.get(CHOOSE)
+        if CHOOSE in value:
+            if not (isinstance(alternatives, list) and alternatives):
+                raise ValueError(f"space.{CHOOSE}: give a non-empty list of sub-spaces")
+            for i, alternative in enumerate(alternatives):
+                where = f"space.{CHOOSE}.{i}"
+                if not isinstance(alternative, dict):
+                    raise ValueError(f"{where}: give a mapping of hyper-parameter -> distribution")
+                _check_distributions(alternative, where)
+                shared = sorted(set(alternative) & set(common))
+                if shared:
+                    raise ValueError(f"{where}: {shared[0]} is also in the space outside {CHOOSE}")
+        default = value.get(DEFAULT)
+        if DEFAULT in value and not (
+            isinstance(default, dict)
+            and default
+            and all(not isinstance(v, dict | list) for v in default.values())
+        ):
+            raise ValueError(f"space.{DEFAULT}: give a mapping of hyper-parameter -> one value")
         return value
+
+    def subspaces(self) -> list[dict[str, Any]]:
+        """The space as its alternatives, each merged with the keys outside `choose:` (one
+        when there is no `choose:`); `default:` left out."""
+        common = {k: v for k, v in self.space.items() if k not in (CHOOSE, DEFAULT)}
+        return [{**common, **alt} for alt in self.space.get(CHOOSE, [{}])]
+
+
+def _check_distributions(value: dict[str, Any], where: str) -> None:
+    for name, dist in value.items():
+        if isinstance(dist, list) and dist:
+            continue
+        if isinstance(dist, dict) and len(dist) == 1:
+            ((kind, bounds),) = dist.items()
+            if kind in ("log", "uniform") and _interval(bounds, kind == "log"):
+                continue
+        raise ValueError(
+            f"{where}.{name}: give a non-empty list, {{log: [lo, hi]}} (0 < lo < hi) or "
+            "{uniform: [lo, hi]} (lo < hi)"
+        )
 
 
 def _interval(bounds: Any, positive: bool) -> bool:
@@ -206,27 +239,53 @@ def load_tune_config(name_or_path: str) -> TuneConfig:
             ) from None
         raise ConfigError(f"{path}: field {where!r}: {err['msg']}") from None
     for entry in config.methods:
-        if KNOB in entry.space:
-            _check_knob_space(path, entry)
+        try:
+            check_space(entry)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     return config
 
 
-def _check_knob_space(path: Path, entry: MethodSpace) -> None:
-    """A searched knob: the method has one, and its listed values (or both ends of its
-    interval, so every draw) are numbers inside the knob's valid range."""
-    knob = method_class(entry.name).knob
-    if knob is None:
-        raise ConfigError(f"{path}: method {entry.name} has no fairness knob to search")
-    dist = entry.space[KNOB]
-    for value in dist if isinstance(dist, list) else next(iter(dist.values())):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(
-                f"{path}: method {entry.name}: space.knob holds numbers, got {value!r}"
-            )
+def check_space(entry: MethodSpace) -> None:
+    """Refuse a space the method cannot run: a searched knob on a method without one, or a
+    knob value outside its valid range (every listed value, both ends of an interval); a
+    `default:` without the knob the space searches; and, for `default:` and both corners of
+    each alternative (every key at its first value or lower end, then at its last value or
+    upper end), hyper-parameters the method's `Hparams` refuses (an unknown key, a value out
+    of range, a combination its validators rule out)."""
+    cls = method_class(entry.name)
+    subspaces = entry.subspaces()
+    default = entry.space.get(DEFAULT)
+    searched = any(KNOB in sub for sub in subspaces)
+    if searched or (default and KNOB in default):
+        if cls.knob is None:
+            raise ConfigError(f"method {entry.name} has no fairness knob to search")
+        values = [v for sub in subspaces if KNOB in sub for v in _ends(sub[KNOB])]
+        for value in values + ([default[KNOB]] if default and KNOB in default else []):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"method {entry.name}: space.knob holds numbers, got {value!r}")
+            try:
+                cls.knob.validate(value, method=entry.name)
+            except ConfigError as exc:
+                raise ConfigError(f"space.knob: {exc}") from None
+    if default and searched and KNOB not in default:
+        raise ConfigError(f"method {entry.name}: space.{DEFAULT} needs a knob value (`knob:`)")
+    corners = {f"space.{DEFAULT}": default} if default else {}
+    for i, sub in enumerate(subspaces):
+        where = f"space.{CHOOSE}.{i}" if CHOOSE in entry.space else "space"
+        corners[f"{where} (lower ends)"] = {k: _ends(d)[0] for k, d in sub.items()}
+        corners[f"{where} (upper ends)"] = {k: _ends(d)[-1] for k, d in sub.items()}
+    for where, corner in corners.items():
+        hparams = {**entry.hparams, **{k: v for k, v in corner.items() if k != KNOB}}
         try:
-            knob.validate(value, method=entry.name)
+            cls(**hparams)
         except ConfigError as exc:
-            raise ConfigError(f"{path}: space.knob: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
+
+
+def _ends(dist: Any) -> list[Any]:
+    """A distribution's listed values, or its interval's two ends."""
+    return list(dist) if isinstance(dist, list) else list(next(iter(dist.values())))
 
 
 def sample_configurations(
@@ -234,15 +293,34 @@ def sample_configurations(
 ) -> dict[str, list[dict[str, Any]]]:
     """label -> the first `count` (default `draws`) configurations (hparams with the knob
     under `knob`), drawn by one seeded generator per method, so adding a method never changes
-    another's draws, and a longer draw starts with the shorter one."""
+    another's draws.
+
+    Draw 0 is the space's `default:` where it has one (the paper's configuration, always a
+    candidate); every other draw is random: its alternative first (one of `choose:`'s
+    sub-spaces, uniformly; none drawn without `choose:`), then each hyper-parameter of that
+    sub-space in name order. Each draw takes the generator where the one before left it, so
+    a longer draw starts with the shorter one: raising `draws` (budgets 4, 8, 16 of one
+    search) appends configurations and keeps the earlier ones, and a resumed or extended tune
+    finds its finished trials under the same labels (`method#i`). A space without `default:`
+    and `choose:` draws exactly what it drew before they existed. The draws depend on `seed`
+    (a different `seed` moves the random draws, never the default), not on the search seeds:
+    every configuration, the default included, is fitted on each search seed at each epsilon
+    and selected on its mean over them."""
     out = {}
     for index, entry in enumerate(config.methods):
         rng = np.random.default_rng([config.seed, index])
-        out[entry.label or entry.name] = [
-            {name: _draw(dist, rng) for name, dist in sorted(entry.space.items())}
-            for _ in range(config.draws if count is None else count)
-        ]
+        total = config.draws if count is None else count
+        default = entry.space.get(DEFAULT)
+        head = [dict(default)] if default else []
+        subspaces = entry.subspaces()
+        drawn = [_configuration(subspaces, rng) for _ in range(total - len(head))]
+        out[entry.label or entry.name] = (head + drawn)[:total]
     return out
+
+
+def _configuration(subspaces: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, Any]:
+    space = subspaces[int(rng.integers(len(subspaces)))] if len(subspaces) > 1 else subspaces[0]
+    return {name: _draw(dist, rng) for name, dist in sorted(space.items())}
 
 
 def _draw(dist: Any, rng: np.random.Generator) -> Any:

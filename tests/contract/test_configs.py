@@ -141,11 +141,11 @@ def test_bad_extends_are_one_line_errors(tmp_path, files, message):
 
 def test_a_named_space_is_the_registrys_and_a_list_merges_in_order():
     entry = MethodSpace.model_validate(
-        {"name": "raco-dp", "space": ["raco-dp", "batch-16-128", {"knob": [0.1]}]}
+        {"name": "raco-dp", "space": ["raco-dp", "batch-16-256", {"knob": [0.1]}]}
     )
     assert entry.space == {
         **named_spaces()["raco-dp"],
-        "batch_size": [16, 32, 64, 128],
+        "batch_size": [16, 32, 64, 128, 256],
         "knob": [0.1],
     }
     assert (
@@ -157,7 +157,7 @@ def test_an_unknown_space_is_a_one_line_error(tmp_path):
     tune = write(
         tmp_path / "t.yaml",
         "extends: tuning-cost-german-free\nname: t\n"
-        "methods: [{name: cgoo, space: [cgo, batch-16-128]}]\n",
+        "methods: [{name: cgoo, space: [cgo, batch-16-256]}]\n",
     )
     with pytest.raises(
         ConfigError, match=r"methods.0.space.*unknown search space 'cgo'; the named"
@@ -169,9 +169,14 @@ def test_an_unknown_space_is_a_one_line_error(tmp_path):
         load_spaces(str(spaces))
 
 
+# named spaces no bundled config uses yet, each with why (spaces.yaml says so beside it)
+UNUSED = {"dpse": "bounded group loss: no tuned figure runs it (fig-dpse: the paper's settings)"}
+
+
 def test_every_named_space_is_valid_and_named_by_a_bundled_config():
-    """No space in configs/spaces.yaml is dead, and each is a valid space on its own."""
-    named = set()
+    """No space in configs/spaces.yaml is dead (but the listed ones), and each is a valid
+    space on its own."""
+    named = set(UNUSED)
     for path in [*bundled("tune"), BUNDLED / "advise" / "methods.yaml"]:
         for entry in read_config(path, "tune").get("methods", []):
             space = entry.get("space", {})

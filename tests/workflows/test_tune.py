@@ -48,6 +48,84 @@ def test_every_method_gets_the_same_draws_reproducibly_within_its_space():
     assert alone["dp-sgd"] == draws["dp-sgd"]  # another method's presence changes nothing
 
 
+def test_a_space_without_default_or_choose_draws_what_it_drew_before_they_existed():
+    draws = sample_configurations(TuneConfig.model_validate({**BASE, "draws": 2}))
+    assert draws == {  # the numbers of the sampler before `default:` and `choose:`
+        "dp-sgd": [{"batch_size": 128, "lr": 0.135265}, {"batch_size": 128, "lr": 0.058158}],
+        "raco-dp": [{"knob": 0.1, "lr": 0.601424}, {"knob": 0.1, "lr": 0.820817}],
+    }
+
+
+CHOICE = {
+    "name": "raco-dp",
+    "space": {
+        "lr": {"log": [1e-4, 1.0]},
+        "knob": [0.01, 0.05],
+        "choose": [
+            {"calibrate": ["steps"], "noise_multiplier": {"uniform": [3.0, 6.0]}},
+            {"calibrate": ["noise"], "epochs": [5, 10]},
+        ],
+        "default": {"calibrate": "steps", "noise_multiplier": 6.0, "lr": 0.1, "knob": 0.02},
+    },
+}
+
+
+def test_the_default_is_draw_zero_and_choose_draws_a_key_only_under_its_alternative():
+    config = TuneConfig.model_validate({**BASE, "draws": 6, "methods": [CHOICE]})
+    draws = sample_configurations(config)["raco-dp"]
+    assert draws[0] == CHOICE["space"]["default"]
+    assert [d["calibrate"] for d in draws[1:]] == ["noise", "steps", "steps", "noise", "noise"]
+    for drawn in draws[1:]:
+        assert set(drawn) == {"calibrate", "lr", "knob"} | (
+            {"noise_multiplier"} if drawn["calibrate"] == "steps" else {"epochs"}
+        )
+    assert draws[2] == {
+        "calibrate": "steps",
+        "knob": 0.01,
+        "lr": 0.179094,
+        "noise_multiplier": 5.738267,
+    }
+    # the default takes nothing from the generator: without it the random draws are the same
+    bare = {**CHOICE, "space": {k: v for k, v in CHOICE["space"].items() if k != "default"}}
+    alone = sample_configurations(
+        TuneConfig.model_validate({**config.model_dump(), "methods": [bare]})
+    )
+    assert alone["raco-dp"][:5] == draws[1:]
+    # another search seed moves the random draws, never the default
+    other = sample_configurations(config.model_copy(update={"seed": 1}))["raco-dp"]
+    assert other[0] == draws[0] and other[1:] != draws[1:]
+
+
+def test_more_draws_keep_the_earlier_ones_so_budgets_4_8_16_are_nested():
+    config = TuneConfig.model_validate({**BASE, "methods": [CHOICE, BASE["methods"][0]]})
+    by_budget = {n: sample_configurations(config, n) for n in (4, 8, 16)}
+    for label in ("raco-dp", "dp-sgd"):
+        assert by_budget[16][label][:8] == by_budget[8][label]
+        assert by_budget[8][label][:4] == by_budget[4][label]
+    assert by_budget[4]["raco-dp"][0] == CHOICE["space"]["default"]
+
+
+def test_a_bundled_space_starts_with_its_papers_configuration():
+    """privacy-cost-parkinsons' RaCO-DP search: draw 0 is the in-region configuration of the
+    parity run (issue 40), and steps calibration is drawn beside noise calibration."""
+    config = load_tune_config("privacy-cost-parkinsons")
+    draws = sample_configurations(config)["raco-dp"]
+    assert len(draws) == 16 and draws[0] == {
+        "calibrate": "steps",
+        "noise_multiplier": 6.0,
+        "laplace_scale": 10.0,
+        "batch_size": 256,
+        "lr": 0.1,
+        "lr_dual": 0.01,
+        "temperature": 1.0,
+        "clip_norm": 3.0,
+        "knob": 0.02,
+    }
+    assert {d["calibrate"] for d in draws[1:]} == {"steps", "noise"}
+    assert all(2.0 <= d["laplace_scale"] <= 10.0 for d in draws if d["calibrate"] == "steps")
+    assert max(d["batch_size"] for d in draws) >= 512
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -61,6 +139,29 @@ def test_every_method_gets_the_same_draws_reproducibly_within_its_space():
         ({"methods": [{"name": "sgda", "space": {"knob": [0.05, "x"]}}]}, "holds numbers"),
         ({"methods": [{"name": "dp-sgd", "space": {"lr": {"log": [0, 1]}}}]}, "space.lr"),
         ({"budget": 3}, "unknown key 'budget'; valid keys there: .*draws"),
+        (
+            {"methods": [{**CHOICE, "space": {**CHOICE["space"], "epochs": [5]}}]},
+            r"space.choose.1: epochs is also in the space outside choose",
+        ),
+        (
+            {"methods": [{**CHOICE, "space": {**CHOICE["space"], "default": {"lr": 0.1}}}]},
+            r"space.default needs a knob value",
+        ),
+        (
+            {
+                "methods": [
+                    {
+                        **CHOICE,
+                        "space": {"choose": [{"calibrate": ["noise"], "noise_multiplier": [3.0]}]},
+                    }
+                ]
+            },
+            r"space.choose.0 \(lower ends\): method raco-dp: .*noise_multiplier is calibrated",
+        ),
+        (
+            {"methods": [{"name": "dp-sgd", "space": {"lr_dual": [0.1]}}]},
+            r"space \(lower ends\): method dp-sgd: hyperparameter 'lr_dual'",
+        ),
     ],
 )
 def test_bad_tune_configs_are_one_line_errors(tmp_path, change, message):
