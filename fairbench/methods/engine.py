@@ -96,7 +96,7 @@ def calibrated(
 ) -> Schedule:
     """The schedule meeting the budget on n training records: steps from `epochs` and sigma
     solved (`calibrate: noise`), or sigma fixed and the largest step count solved
-    (`calibrate: steps`)."""
+    (`calibrate: steps`, at most `max_steps` where set)."""
     q = min(1.0, hp.batch_size / n)
     eps, delta = privacy.epsilon, privacy.delta
     if hp.calibrate == "noise":
@@ -107,6 +107,8 @@ def calibrated(
         raise ConfigError("calibrate: steps needs noise_multiplier")
     sigma = float(hp.noise_multiplier)
     steps = calibrate_steps(q, sigma, eps, delta, laplace_scale, shape)
+    if hp.max_steps is not None:  # fewer steps spend less: the ledger's epsilon is reported
+        steps = min(steps, hp.max_steps)
     return Schedule(q, steps, sigma, "steps")
 
 

@@ -277,6 +277,12 @@ class RaCODPHparams(SGDAHparams):
         "steps", description="steps: fix sigma and the Laplace scale, solve T; noise: solve sigma"
     )
     noise_multiplier: float | None = Field(None, gt=0, description="default 4 when fixed")
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="calibrate: steps stops at this many steps (the RaCO-DP authors' MAX_STEPS "
+        "is 5,000): a trial that would run more spends less than its target",
+    )
     laplace_scale: float = Field(5.0, gt=0, description="Laplace scale, the paper's 1/b")
     parity_unaccounted: bool = Field(
         False,
@@ -518,7 +524,7 @@ class RaCODP(SGDA):
     )
     Hparams = RaCODPHparams
     hparams: RaCODPHparams
-    mixed = SGDA.mixed | {"noise_multiplier", "laplace_scale"}
+    mixed = SGDA.mixed | {"noise_multiplier", "laplace_scale", "max_steps"}
 
     def schedule(self, n: int, privacy: PrivacyBudget | None) -> Schedule:
         """The budget covers the frozen count release too, when there is one."""

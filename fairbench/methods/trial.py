@@ -55,6 +55,12 @@ class CalibratedHparams(TrainingHparams):
     noise_multiplier: float | None = Field(
         None, gt=0, description="Gaussian noise multiplier sigma; set only with calibrate: steps"
     )
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="calibrate: steps stops at this many steps (the RaCO-DP authors' MAX_STEPS "
+        "is 5,000): a trial that would run more spends less than its target",
+    )
 
     @model_validator(mode="after")
     def _one_free_quantity(self):
@@ -78,6 +84,9 @@ class Calibrated(Protocol):
     @property
     def noise_multiplier(self) -> float | None: ...
 
+    @property
+    def max_steps(self) -> int | None: ...
+
 
 def check_one_free_quantity(hp: Calibrated) -> None:
     """`calibrate: noise` solves for sigma, `calibrate: steps` for the step count given
@@ -86,6 +95,8 @@ def check_one_free_quantity(hp: Calibrated) -> None:
         raise ValueError("calibrate: steps needs noise_multiplier")
     if hp.calibrate == "noise" and hp.noise_multiplier is not None:
         raise ValueError("noise_multiplier is calibrated; set calibrate: steps to fix it")
+    if hp.calibrate == "noise" and hp.max_steps is not None:
+        raise ValueError("max_steps caps calibrate: steps; with calibrate: noise set epochs")
 
 
 @dataclass(frozen=True)

@@ -307,3 +307,16 @@ def test_padded_batches_run_labelled_not_accounted_and_move_the_model(task):
     assert torch.equal(padded.model.linear.bias, get_method(
         "raco-dp", batch_size=256, dual_update="clipped", batches="padded",
         parity_unaccounted=True).fit(task, budget, spec, 0).model.linear.bias)  # fmt: skip
+
+
+def test_max_steps_caps_the_solved_step_count_and_the_trial_spends_less_than_its_target():
+    from fairbench.methods.plan import DataShape
+
+    shape, target = DataShape(2_000, 5, 2, 2), PrivacyBudget(8.0, 1e-5)
+    spec = FairnessSpec("demographic_parity", 0.05)
+    free = get_method("raco-dp", batch_size=64).plan(shape, target, spec)
+    capped = get_method("raco-dp", batch_size=64, max_steps=500).plan(shape, target, spec)
+    assert free.loop_rounds > 500 and capped.loop_rounds == 500
+    assert capped.ledger.epsilon(1e-5) < 0.5 * free.ledger.epsilon(1e-5) <= 4.0
+    with pytest.raises(ConfigError, match="max_steps caps calibrate: steps"):
+        get_method("raco-dp", calibrate="noise", max_steps=500)

@@ -114,6 +114,7 @@ def test_a_bundled_space_starts_with_its_papers_configuration():
         "calibrate": "steps",
         "noise_multiplier": 6.0,
         "laplace_scale": 10.0,
+        "max_steps": 5000,
         "batch_size": 256,
         "lr": 0.1,
         "lr_dual": 0.01,
@@ -122,7 +123,8 @@ def test_a_bundled_space_starts_with_its_papers_configuration():
         "knob": 0.02,
     }
     assert {d["calibrate"] for d in draws[1:]} == {"steps", "noise"}
-    assert all(2.0 <= d["laplace_scale"] <= 10.0 for d in draws if d["calibrate"] == "steps")
+    steps = [d for d in draws if d["calibrate"] == "steps"]
+    assert all(2.0 <= d["laplace_scale"] <= 10.0 and d["max_steps"] == 5000 for d in steps)
     assert max(d["batch_size"] for d in draws) >= 512
 
 
