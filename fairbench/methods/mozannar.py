@@ -46,6 +46,7 @@ import numpy as np
 from dp_accounting import dp_event
 from pydantic import Field, field_validator
 
+from fairbench import constraints
 from fairbench.errors import ConfigError
 from fairbench.methods.engine import Outcome, TrainingProgram
 from fairbench.methods.fairlearn_eg import MOMENTS, FairlearnEG, FairlearnEGHparams
@@ -121,7 +122,8 @@ def floored_cells(
     """How many estimated P(group, event) `correct` floors (it works on EG's own copy of the
     moment): events are all records (demographic parity) or each label (equalized odds)."""
     weights = corrected_indicators(z, event)
-    cells = [np.ones(len(y), bool)] if constraint == "demographic_parity" else [y == 0, y == 1]
+    view = constraints.group_rates(constraint, 2, weights.shape[1])
+    cells = [np.isin(y, labels) for labels in view.events]
     return sum(int((weights[cell].sum(axis=0) < 1).sum()) for cell in cells)
 
 
