@@ -29,6 +29,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from fairbench.errors import ConfigError
 from fairbench.report.accuracy_cost import DROPS, REFERENCE
 from fairbench.report.aggregate import ci95, trials_frame
 from fairbench.report.document import Document, Images, Table
@@ -365,6 +366,11 @@ def outputs(inputs: list[Path]) -> Iterator[Output]:
     was not kept)."""
     rows = [row for run in inputs for row in finished_rows(run, "draw the figure")]
     drops = drops_frame(rows)
+    if drops.empty:
+        raise ConfigError(
+            f"{', '.join(map(str, inputs))}: no private trial has an `{REFERENCE}` trial on its "
+            "split and seed to drop from; list erm in the run (fairbench run resumes)"
+        )
     groups, minority = group_table(drops), minority_table(drops)
     yield Csv("groups.csv", groups)
     yield Csv("minority.csv", minority)

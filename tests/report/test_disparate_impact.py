@@ -8,8 +8,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from fairbench.errors import ConfigError
 from fairbench.figures import build, outputs
 from fairbench.privacy import ledger_cache
+from fairbench.report.aggregate import trials_frame
 from fairbench.report.disparate_impact import (
     LARGER,
     SMALLER,
@@ -20,6 +22,7 @@ from fairbench.report.disparate_impact import (
 )
 from fairbench.report.figure import overlaps
 from fairbench.report.outputs import Plot
+from fairbench.report.tables import flat_trials
 from fairbench.rundir.store import finished_rows
 from fairbench.runner.config import expand, parse_config
 from fairbench.runner.execute import execute
@@ -147,3 +150,16 @@ def test_the_builder_on_a_tiny_run_tabulates_the_paired_differences(run_dir, tmp
     assert [o.stem for o in figures] == ["minority", "synthetic"]
     for plot in figures:
         assert overlaps(plot.figure) == []
+
+
+def test_a_run_without_erm_is_one_clear_error(tmp_path):
+    private = [r for r in RUN if r["method"] != "erm"]
+    with pytest.raises(ConfigError, match="list erm in the run"):
+        list(outputs("disparate-impact", [_exported(tmp_path, private)]))
+
+
+def _exported(tmp_path, rows: list[dict]):
+    """A run directory holding `rows` as its trials.csv (a committed run's form)."""
+    (tmp_path / "run").mkdir()
+    flat_trials(trials_frame(rows)).to_csv(tmp_path / "run" / "trials.csv", index=False)
+    return tmp_path / "run"
