@@ -147,9 +147,18 @@ $(addprefix tune-,$(LITERATURE)): tune-%: install
 	$(SINGLE_THREADED) $(BIN)/fairbench tune-budgets results/tune/$* && \
 	echo $$(( $$(date +%s) - start )) > results/tune/$*/wall_seconds.txt
 
+# fig-disparate-impact (issue 39): the group accuracy cost of privacy. One run (Adult by sex
+# and by race, COMPAS by sex, Law School white/black; eps 0.5-8; erm, dp-sgd, dpsgd-f,
+# dpsgd-global-adapt, raco-dp, dp-fermi; 5 seeds) into run/, then the per-group drops, the
+# minority's drop paired against DP-SGD and the figures beside it. Re-running resumes.
+.PHONY: fig-disparate-impact
+fig-disparate-impact: install
+	$(SINGLE_THREADED) $(BIN)/fairbench run fig-disparate-impact --out results/figures/fig-disparate-impact/run $(EXECUTOR_FLAGS)
+	$(BIN)/fairbench figure disparate-impact results/figures/fig-disparate-impact/run --out results/figures/fig-disparate-impact
+
 # Paper-figure analogues: each writes a run directory (pareto.csv/.md, figures/) under
 # results/figures/<target>/; re-running resumes and skips finished trials.
-FIGURES := fig-privacy-cost fig-literature fig-adult-dp fig-adult-eo fig-adult-fnr fig-credit-parkinsons fig-multigroup fig-dp-fermi fig-dpse table-datasets table-step-time
+FIGURES := fig-privacy-cost fig-literature fig-disparate-impact fig-adult-dp fig-adult-eo fig-adult-fnr fig-credit-parkinsons fig-multigroup fig-dp-fermi fig-dpse table-datasets table-step-time
 # fig-acs joins when its PUMS file is present (it is not downloaded by `make figures`)
 ACS_PUMS := $(if $(FAIRBENCH_DATA),$(wildcard $(FAIRBENCH_DATA)/acs/2018/5-Year/psam_p01.csv))
 FIGURES += $(if $(ACS_PUMS),fig-acs)

@@ -1,6 +1,6 @@
-"""Every paper figure built from finished `fairbench tune` outputs, registered in one place
-(here, outside `fairbench.report`, so that the command line reads the table without importing
-the report package and matplotlib).
+"""Every paper figure built from finished `fairbench tune` (or `fairbench run`) outputs,
+registered in one place (here, outside `fairbench.report`, so that the command line reads the
+table without importing the report package and matplotlib).
 
 A figure is a name, the module that builds it and where its committed copy lives. The module
 defines `outputs(inputs)`: what the figure consists of, in order, as data (`Csv`, `Plot`,
@@ -92,6 +92,17 @@ FIGURES: dict[str, FigureSpec] = {
             "published Adult points against ours.",
             inputs_help="`fairbench tune --out` directories",
             committed=_paths("results/tune", ["literature", "literature-adult-dp"]),
+        ),
+        FigureSpec(
+            name="disparate-impact",
+            module="fairbench.report.disparate_impact",
+            out="results/figures/fig-disparate-impact",
+            make="fig-disparate-impact",
+            summary="The group accuracy cost of privacy: per dataset, epsilon and method each "
+            "group's test-accuracy drop from the non-private model on the same split, and the "
+            "minority's drop paired by seed against DP-SGD's.",
+            inputs_help="`fairbench run --out` directories holding erm beside private methods",
+            committed=("results/figures/fig-disparate-impact/run",),
         ),
     )
 }
