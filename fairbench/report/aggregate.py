@@ -3,6 +3,7 @@ points are on the error-violation frontier."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -163,6 +164,34 @@ def dominated(errors: np.ndarray, violations: np.ndarray) -> np.ndarray:
     return np.asarray((better_eq & strictly).any(axis=1))  # an array (numpy's stubs: or a bool)
 
 
+def qualified_datasets(trials: pd.DataFrame) -> pd.Series:
+    """Each trial's dataset name, qualified by the options that tell apart two entries of one
+    dataset in a run (`adult[sensitive=race]` beside `adult[sensitive=sex]`), so that no panel
+    averages them; a dataset listed once keeps its bare name."""
+    options = trials["dataset_options"].map(_options)
+    keys = options.map(lambda o: json.dumps(o, sort_keys=True, default=str))
+    out = trials["dataset"].copy()
+    for name in trials["dataset"].unique():
+        mine = trials["dataset"] == name
+        entries = [json.loads(k) for k in keys[mine].unique()]
+        if len(entries) < 2:
+            continue
+        differ = sorted(
+            {k for e in entries for k in e if len({repr(f.get(k)) for f in entries}) > 1}
+        )
+        for entry in entries:
+            text = ",".join(f"{k}={entry.get(k)}" for k in differ)
+            out[mine & (keys == json.dumps(entry, sort_keys=True, default=str))] = f"{name}[{text}]"
+    return out
+
+
+def _options(value: object) -> dict:
+    """A row's dataset options as a dict (stored as JSON text in trials.csv)."""
+    if isinstance(value, str):
+        return json.loads(value) if value else {}
+    return dict(value) if isinstance(value, dict) else {}
+
+
 def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
     """Aggregate trials over seeds and flag the frontier within each panel. Constraint
     satisfaction is counted per seed (never read off a mean), and each point carries the
@@ -170,6 +199,8 @@ def pareto_points(trials: pd.DataFrame) -> pd.DataFrame:
     knob values that trained one model."""
     if GAP not in trials.columns:  # a frame not built by `trials_frame`
         trials = with_accuracy_drops(trials)
+    if "dataset_options" in trials.columns:
+        trials = trials.assign(dataset=qualified_datasets(trials))
     grouped = trials.groupby(POINT, dropna=False, sort=True)
     points = grouped.agg(
         n_seeds=("seed", "nunique"),

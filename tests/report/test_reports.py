@@ -322,3 +322,21 @@ def test_prediction_hashes_tell_mixtures_apart_by_their_weights():
     assert predictions_hash(votes) != predictions_hash(np.array([0, 1, 1, 1]))
     half, skew = np.full(4, 0.5), np.array([0.9, 0.9, 0.1, 0.1])
     assert predictions_hash(votes, half) != predictions_hash(votes, skew)
+
+
+def test_two_entries_of_one_dataset_get_their_own_panels_not_one_average():
+    """fig-disparate-impact's run lists Adult by sex and by race: each entry is its own panel
+    (5 seeds each), qualified by the option that differs; a dataset listed once keeps its name."""
+    from fairbench.report.aggregate import merge_identical_knobs, pareto_points, trials_frame
+    from fairbench.rundir.store import finished_rows
+
+    run = Path(__file__).parents[2] / "results/figures/fig-disparate-impact/run"
+    points = pareto_points(merge_identical_knobs(trials_frame(finished_rows(run, "report")))[0])
+    dp_sgd = points[(points["method"] == "dp-sgd") & (points["epsilon"] == 1.0)]
+    assert sorted(dp_sgd["dataset"]) == [
+        "adult[sensitive=race]",
+        "adult[sensitive=sex]",
+        "compas",
+        "lawschool",
+    ]
+    assert set(dp_sgd["n_seeds"]) == {5}
