@@ -71,8 +71,9 @@ def test_raco_dp_shows_its_knob_and_every_hyperparameter_with_its_default(cli):
     }
     resolved = RaCODPHparams().model_dump()  # noise_multiplier: 4 under calibrate: steps
     assert set(RaCODPHparams.model_fields) <= set(rows)
-    for name, value in resolved.items():  # booleans as a config writes them
-        assert rows[name] == (json.dumps(value) if isinstance(value, bool) else str(value)), name
+    for name, value in resolved.items():  # booleans and None as a config writes them
+        written = isinstance(value, bool) or value is None
+        assert rows[name] == (json.dumps(value) if written else str(value)), name
     assert rows["laplace_scale"] == "5.0" and rows["noise_multiplier"] == "4.0"
 
 
