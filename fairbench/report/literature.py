@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from fairbench.errors import ConfigError
+from fairbench.methods import method_class
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.report.budget_sensitivity import budget_section
 from fairbench.report.document import Document, Images, Table
@@ -110,11 +111,14 @@ def _base_notion(notion: str) -> str:
 
 
 def _label_notion(tuned: TuneOutput) -> dict[str, str]:
-    """Each tune label's privacy notion, from its fixed hyper-parameters (default: full)."""
-    return {
-        m.get("label") or m["name"]: (m.get("hparams") or {}).get("privacy_notion", "full")
-        for m in tuned.config["methods"]
-    }
+    """Each tune label's privacy notion: its fixed `privacy_notion`, else its method's default
+    one (mozannar's `local-dp-attribute`), else full."""
+    out = {}
+    for m in tuned.config["methods"]:
+        field = method_class(m["name"]).Hparams.model_fields.get("privacy_notion")
+        default = "full" if field is None else str(field.default)
+        out[m.get("label") or m["name"]] = (m.get("hparams") or {}).get("privacy_notion", default)
+    return out
 
 
 def published_points(path: Path = REFERENCES) -> pd.DataFrame:

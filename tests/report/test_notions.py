@@ -12,7 +12,7 @@ import pytest
 
 from fairbench.report import plots
 from fairbench.report.aggregate import pareto_points, trials_frame
-from fairbench.report.literature import NOTION_TITLES, NOTIONS, _base_notion
+from fairbench.report.literature import NOTION_TITLES, NOTIONS, _base_notion, _label_notion
 from fairbench.report.tables import pareto_document
 from tests.report.test_reports import row
 
@@ -71,6 +71,29 @@ def test_figures_draw_one_notion_each(monkeypatch):
 def test_literature_gives_the_local_notion_its_own_panels():
     assert LOCAL in NOTIONS and NOTION_TITLES[LOCAL] == "local DP of the sensitive attribute"
     assert _base_notion(LOCAL) == LOCAL and _base_notion("full+public-marginals") == "full"
+
+
+def test_an_unreached_mozannar_is_noted_in_the_local_notions_panels():
+    """fig-literature files a method no configuration brought within tau under its label's
+    notion: mozannar's is its method's (no `privacy_notion` in the tune config)."""
+    from types import SimpleNamespace
+
+    methods = [
+        {"name": "mozannar"},
+        {
+            "name": "pf-ld",
+            "label": "pf-ld (A-only)",
+            "hparams": {"privacy_notion": "sensitive-attribute"},
+        },
+        {"name": "pf-ld"},
+        {"name": "erm"},
+    ]
+    assert _label_notion(SimpleNamespace(config={"methods": methods})) == {
+        "mozannar": LOCAL,
+        "pf-ld (A-only)": "sensitive-attribute",
+        "pf-ld": "full",
+        "erm": "full",
+    }
 
 
 def test_the_ledger_summary_names_randomized_response():
