@@ -25,7 +25,6 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from fairbench.errors import ConfigError
-from fairbench.methods import method_class
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.report.budget_sensitivity import budget_section
 from fairbench.report.document import Document, Images, Table
@@ -43,6 +42,7 @@ from fairbench.report.privacy_cost import (
     budget_rows,
     cost_rows,
     final_trials,
+    label_notions,
     load_tune_output,
     unreachable,
 )
@@ -108,17 +108,6 @@ def _base_notion(notion: str) -> str:
     if notion.startswith("sensitive-attribute"):
         return "sensitive-attribute"
     return "full" if notion.startswith("full") else notion
-
-
-def _label_notion(tuned: TuneOutput) -> dict[str, str]:
-    """Each tune label's privacy notion: its fixed `privacy_notion`, else its method's default
-    one (mozannar's `local-dp-attribute`), else full."""
-    out = {}
-    for m in tuned.config["methods"]:
-        field = method_class(m["name"]).Hparams.model_fields.get("privacy_notion")
-        default = "full" if field is None else str(field.default)
-        out[m.get("label") or m["name"]] = (m.get("hparams") or {}).get("privacy_notion", default)
-    return out
 
 
 def published_points(path: Path = REFERENCES) -> pd.DataFrame:
@@ -489,7 +478,7 @@ def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Outpu
         rows, errors = literature_rows(tuned)
         every.append(rows)
         missing = unreachable(tuned)
-        missing["privacy_notion"] = missing["method"].map(_label_notion(tuned))
+        missing["privacy_notion"] = missing["method"].map(label_notions(tuned))
         budgets = budget_rows(tuned)
         report.add(
             f"Tune output `{tuned.path}`: {tuned.config['draws']} configurations per method and ε."

@@ -10,9 +10,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from fairbench.errors import ConfigError
 from fairbench.report import plots
 from fairbench.report.aggregate import pareto_points, trials_frame
-from fairbench.report.literature import NOTION_TITLES, NOTIONS, _base_notion, _label_notion
+from fairbench.report.literature import NOTION_TITLES, NOTIONS, _base_notion
+from fairbench.report.privacy_cost import check_one_notion, label_notions
 from fairbench.report.tables import pareto_document
 from tests.report.test_reports import row
 
@@ -88,7 +90,7 @@ def test_an_unreached_mozannar_is_noted_in_the_local_notions_panels():
         {"name": "pf-ld"},
         {"name": "erm"},
     ]
-    assert _label_notion(SimpleNamespace(config={"methods": methods})) == {
+    assert label_notions(SimpleNamespace(config={"methods": methods})) == {
         "mozannar": LOCAL,
         "pf-ld (A-only)": "sensitive-attribute",
         "pf-ld": "full",
@@ -103,3 +105,23 @@ def test_the_ledger_summary_names_randomized_response():
     name, params = mechanism(to_dict(randomized_response(1.0, 2)))
     assert name == "randomized response" and params["k"] == 2
     assert params["p"] == pytest.approx(2 / (np.e + 1), rel=1e-12)
+
+
+def test_privacy_cost_refuses_a_tune_with_the_local_notion_in_one_line():
+    """fig-privacy-cost has no notion column: a tune running mozannar is refused (one line
+    naming it and the figure that keeps notions apart); A-only and full-record entries pass."""
+    from types import SimpleNamespace
+
+    ok = [
+        {"name": "dp-sgd"},
+        {"name": "pf-ld", "hparams": {"privacy_notion": "sensitive-attribute"}},
+    ]
+    check_one_notion(SimpleNamespace(path="t", config={"methods": ok}))
+    mixed = SimpleNamespace(path="t", config={"methods": [*ok, {"name": "mozannar"}]})
+    with pytest.raises(
+        ConfigError,
+        match=r"^t: method mozannar is private under local-dp-attribute only; "
+        r"fig-privacy-cost does not keep notions apart: .*fig-literature$",
+    ) as info:
+        check_one_notion(mixed)
+    assert "\n" not in str(info.value)
