@@ -26,7 +26,7 @@ from scipy import stats
 
 from fairbench.errors import ConfigError
 from fairbench.methods.base import SENSITIVE_MARK
-from fairbench.report.budget_sensitivity import budget_section
+from fairbench.report.budget_sensitivity import budget_section, notions
 from fairbench.report.document import Document, Images, Table
 from fairbench.report.figure import (
     finish,
@@ -42,7 +42,6 @@ from fairbench.report.privacy_cost import (
     budget_rows,
     cost_rows,
     final_trials,
-    label_notions,
     load_tune_output,
     unreachable,
 )
@@ -478,7 +477,7 @@ def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Outpu
         rows, errors = literature_rows(tuned)
         every.append(rows)
         missing = unreachable(tuned)
-        missing["privacy_notion"] = missing["method"].map(label_notions(tuned))
+        missing["privacy_notion"] = missing["method"].map(notions(tuned.config))
         budgets = budget_rows(tuned)
         report.add(
             f"Tune output `{tuned.path}`: {tuned.config['draws']} configurations per method and ε."

@@ -26,10 +26,9 @@ from typing import Any
 import pandas as pd
 
 from fairbench.errors import ConfigError
-from fairbench.methods import method_class
 from fairbench.privacy.session import PrivacyNotion
 from fairbench.report.aggregate import ci95, trials_frame
-from fairbench.report.budget_sensitivity import sensitivity
+from fairbench.report.budget_sensitivity import notions, sensitivity
 from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.privacy_cost_notes import (
     ERROR_ONLY,
@@ -215,23 +214,12 @@ def unconstrained(tuned: TuneOutput) -> set[str]:
     return {m.get("label") or m["name"] for m in tuned.config["methods"] if m.get("unconstrained")}
 
 
-def label_notions(tuned: TuneOutput) -> dict[str, str]:
-    """Each tune label's privacy notion: its fixed `privacy_notion`, else its method's default
-    one (mozannar's `local-dp-attribute`), else full."""
-    out = {}
-    for m in tuned.config["methods"]:
-        field = method_class(m["name"]).Hparams.model_fields.get("privacy_notion")
-        default = "full" if field is None else str(field.default)
-        out[m.get("label") or m["name"]] = (m.get("hparams") or {}).get("privacy_notion", default)
-    return out
-
-
 def check_one_notion(tuned: TuneOutput) -> None:
     """Refuse a tune with a method under local DP of the attribute: this figure's rows have no
     notion column, so its epsilon would sit beside whole-record DP's as if the same promise
     (fig-literature draws that notion apart)."""
     local = PrivacyNotion.LOCAL_ATTRIBUTE.value
-    for label, notion in label_notions(tuned).items():
+    for label, notion in notions(tuned.config).items():
         if notion == local:
             raise ConfigError(
                 f"{tuned.path}: method {label} is private under {local} only; fig-privacy-cost "

@@ -13,8 +13,9 @@ import pytest
 from fairbench.errors import ConfigError
 from fairbench.report import plots
 from fairbench.report.aggregate import pareto_points, trials_frame
+from fairbench.report.budget_sensitivity import notions
 from fairbench.report.literature import NOTION_TITLES, NOTIONS, _base_notion
-from fairbench.report.privacy_cost import check_one_notion, label_notions
+from fairbench.report.privacy_cost import check_one_notion
 from fairbench.report.tables import pareto_document
 from tests.report.test_reports import row
 
@@ -75,11 +76,9 @@ def test_literature_gives_the_local_notion_its_own_panels():
     assert _base_notion(LOCAL) == LOCAL and _base_notion("full+public-marginals") == "full"
 
 
-def test_an_unreached_mozannar_is_noted_in_the_local_notions_panels():
-    """fig-literature files a method no configuration brought within tau under its label's
-    notion: mozannar's is its method's (no `privacy_notion` in the tune config)."""
-    from types import SimpleNamespace
-
+def test_a_tune_labels_notion_is_its_methods_where_the_config_sets_none():
+    """fig-literature's unreached notes and the budget-sensitivity winners (per notion) read
+    a label's notion from the tune config: mozannar's is its method's, never full."""
     methods = [
         {"name": "mozannar"},
         {
@@ -90,7 +89,7 @@ def test_an_unreached_mozannar_is_noted_in_the_local_notions_panels():
         {"name": "pf-ld"},
         {"name": "erm"},
     ]
-    assert label_notions(SimpleNamespace(config={"methods": methods})) == {
+    assert notions({"methods": methods}) == {
         "mozannar": LOCAL,
         "pf-ld (A-only)": "sensitive-attribute",
         "pf-ld": "full",
@@ -125,3 +124,33 @@ def test_privacy_cost_refuses_a_tune_with_the_local_notion_in_one_line():
     ) as info:
         check_one_notion(mixed)
     assert "\n" not in str(info.value)
+
+
+def test_the_budget_winners_rank_mozannar_only_against_its_own_notion():
+    """mozannar (better than raco-dp on every repeat) wins its own notion's verdict and never
+    the whole-record one."""
+    import pandas as pd
+
+    from fairbench.report.budget_sensitivity import winners
+
+    table = pd.DataFrame(
+        [
+            {
+                "dataset": "adult",
+                "constraint": "demographic_parity",
+                "epsilon": 1.0,
+                "target": 0.05,
+                "method": method,
+                "selected": f"{method}#0",
+                "repeat": r,
+                "test_error": error + 0.01 * r,
+            }
+            for method, error in (("raco-dp", 0.2), ("dp-sgd", 0.25), ("mozannar", 0.1))
+            for r in range(3)
+        ]
+    )
+    config = {"methods": [{"name": "raco-dp"}, {"name": "dp-sgd"}, {"name": "mozannar"}]}
+    by_notion = winners(table, config).set_index("privacy_notion")
+    assert by_notion.loc["full", "winner"] == "raco-dp"
+    assert by_notion.loc["full", "runner_up"] == "dp-sgd"
+    assert by_notion.loc[LOCAL, "winner"] == "mozannar" and by_notion.loc[LOCAL, "competitors"] == 1
