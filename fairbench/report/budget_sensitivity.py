@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fairbench.methods import method_class
 from fairbench.report.aggregate import ci95
 from fairbench.report.document import Document, Table
 from fairbench.rundir.tuning import TuneLayout, read_budget_table, read_table, read_tune_config
@@ -67,11 +68,15 @@ def budget_tables(path: Path, budgets: tuple[int, ...] = BUDGETS) -> dict[int, p
 
 
 def notions(config: dict) -> dict[str, str]:
-    """Each tune label's privacy notion (its fixed `privacy_notion`, default full)."""
-    return {
-        m.get("label") or m["name"]: (m.get("hparams") or {}).get("privacy_notion", "full")
-        for m in config["methods"]
-    }
+    """Each tune label's privacy notion: its fixed `privacy_notion`, else its method's default
+    one (mozannar's `local-dp-attribute`, which must not be ranked with whole-record DP), else
+    full."""
+    out = {}
+    for m in config["methods"]:
+        field = method_class(m["name"]).Hparams.model_fields.get("privacy_notion")
+        default = "full" if field is None else str(field.default)
+        out[m.get("label") or m["name"]] = (m.get("hparams") or {}).get("privacy_notion", default)
+    return out
 
 
 def winners(table: pd.DataFrame, config: dict) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from scipy import stats
 
 from fairbench.errors import ConfigError
 from fairbench.methods.base import SENSITIVE_MARK
-from fairbench.report.budget_sensitivity import budget_section
+from fairbench.report.budget_sensitivity import budget_section, notions
 from fairbench.report.document import Document, Images, Table
 from fairbench.report.figure import (
     finish,
@@ -107,14 +107,6 @@ def _base_notion(notion: str) -> str:
     if notion.startswith("sensitive-attribute"):
         return "sensitive-attribute"
     return "full" if notion.startswith("full") else notion
-
-
-def _label_notion(tuned: TuneOutput) -> dict[str, str]:
-    """Each tune label's privacy notion, from its fixed hyper-parameters (default: full)."""
-    return {
-        m.get("label") or m["name"]: (m.get("hparams") or {}).get("privacy_notion", "full")
-        for m in tuned.config["methods"]
-    }
 
 
 def published_points(path: Path = REFERENCES) -> pd.DataFrame:
@@ -485,7 +477,7 @@ def outputs(inputs: list[Path], references: Path = REFERENCES) -> Iterator[Outpu
         rows, errors = literature_rows(tuned)
         every.append(rows)
         missing = unreachable(tuned)
-        missing["privacy_notion"] = missing["method"].map(_label_notion(tuned))
+        missing["privacy_notion"] = missing["method"].map(notions(tuned.config))
         budgets = budget_rows(tuned)
         report.add(
             f"Tune output `{tuned.path}`: {tuned.config['draws']} configurations per method and ε."

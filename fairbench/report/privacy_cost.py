@@ -26,8 +26,9 @@ from typing import Any
 import pandas as pd
 
 from fairbench.errors import ConfigError
+from fairbench.privacy.session import PrivacyNotion
 from fairbench.report.aggregate import ci95, trials_frame
-from fairbench.report.budget_sensitivity import sensitivity
+from fairbench.report.budget_sensitivity import notions, sensitivity
 from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.privacy_cost_notes import (
     ERROR_ONLY,
@@ -213,6 +214,20 @@ def unconstrained(tuned: TuneOutput) -> set[str]:
     return {m.get("label") or m["name"] for m in tuned.config["methods"] if m.get("unconstrained")}
 
 
+def check_one_notion(tuned: TuneOutput) -> None:
+    """Refuse a tune with a method under local DP of the attribute: this figure's rows have no
+    notion column, so its epsilon would sit beside whole-record DP's as if the same promise
+    (fig-literature draws that notion apart)."""
+    local = PrivacyNotion.LOCAL_ATTRIBUTE.value
+    for label, notion in notions(tuned.config).items():
+        if notion == local:
+            raise ConfigError(
+                f"{tuned.path}: method {label} is private under {local} only; fig-privacy-cost "
+                "does not keep notions apart: drop it from the tune or draw it with "
+                "fig-literature"
+            )
+
+
 def unreachable(tuned: TuneOutput) -> pd.DataFrame:
     """(dataset, model, constraint, tau, method, epsilon, candidates, infeasible) for every
     method and epsilon where no configuration was within tau on validation."""
@@ -309,6 +324,8 @@ def outputs(inputs: list[Path]) -> Iterator[Output]:
     if not inputs:
         raise ConfigError("give at least one `fairbench tune` output directory")
     tuned = [load_tune_output(p) for p in inputs]
+    for t in tuned:
+        check_one_notion(t)
     rows = pd.concat([cost_rows(t) for t in tuned], ignore_index=True)
     clash = rows[rows.duplicated(KEY, keep=False)]
     if len(clash):

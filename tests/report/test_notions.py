@@ -10,9 +10,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from fairbench.errors import ConfigError
 from fairbench.report import plots
 from fairbench.report.aggregate import pareto_points, trials_frame
+from fairbench.report.budget_sensitivity import notions
 from fairbench.report.literature import NOTION_TITLES, NOTIONS, _base_notion
+from fairbench.report.privacy_cost import check_one_notion
 from fairbench.report.tables import pareto_document
 from tests.report.test_reports import row
 
@@ -73,6 +76,27 @@ def test_literature_gives_the_local_notion_its_own_panels():
     assert _base_notion(LOCAL) == LOCAL and _base_notion("full+public-marginals") == "full"
 
 
+def test_a_tune_labels_notion_is_its_methods_where_the_config_sets_none():
+    """fig-literature's unreached notes and the budget-sensitivity winners (per notion) read
+    a label's notion from the tune config: mozannar's is its method's, never full."""
+    methods = [
+        {"name": "mozannar"},
+        {
+            "name": "pf-ld",
+            "label": "pf-ld (A-only)",
+            "hparams": {"privacy_notion": "sensitive-attribute"},
+        },
+        {"name": "pf-ld"},
+        {"name": "erm"},
+    ]
+    assert notions({"methods": methods}) == {
+        "mozannar": LOCAL,
+        "pf-ld (A-only)": "sensitive-attribute",
+        "pf-ld": "full",
+        "erm": "full",
+    }
+
+
 def test_the_ledger_summary_names_randomized_response():
     from fairbench.privacy.events import randomized_response, to_dict
     from fairbench.report.ledger_summary import mechanism
@@ -80,3 +104,53 @@ def test_the_ledger_summary_names_randomized_response():
     name, params = mechanism(to_dict(randomized_response(1.0, 2)))
     assert name == "randomized response" and params["k"] == 2
     assert params["p"] == pytest.approx(2 / (np.e + 1), rel=1e-12)
+
+
+def test_privacy_cost_refuses_a_tune_with_the_local_notion_in_one_line():
+    """fig-privacy-cost has no notion column: a tune running mozannar is refused (one line
+    naming it and the figure that keeps notions apart); A-only and full-record entries pass."""
+    from types import SimpleNamespace
+
+    ok = [
+        {"name": "dp-sgd"},
+        {"name": "pf-ld", "hparams": {"privacy_notion": "sensitive-attribute"}},
+    ]
+    check_one_notion(SimpleNamespace(path="t", config={"methods": ok}))
+    mixed = SimpleNamespace(path="t", config={"methods": [*ok, {"name": "mozannar"}]})
+    with pytest.raises(
+        ConfigError,
+        match=r"^t: method mozannar is private under local-dp-attribute only; "
+        r"fig-privacy-cost does not keep notions apart: .*fig-literature$",
+    ) as info:
+        check_one_notion(mixed)
+    assert "\n" not in str(info.value)
+
+
+def test_the_budget_winners_rank_mozannar_only_against_its_own_notion():
+    """mozannar (better than raco-dp on every repeat) wins its own notion's verdict and never
+    the whole-record one."""
+    import pandas as pd
+
+    from fairbench.report.budget_sensitivity import winners
+
+    table = pd.DataFrame(
+        [
+            {
+                "dataset": "adult",
+                "constraint": "demographic_parity",
+                "epsilon": 1.0,
+                "target": 0.05,
+                "method": method,
+                "selected": f"{method}#0",
+                "repeat": r,
+                "test_error": error + 0.01 * r,
+            }
+            for method, error in (("raco-dp", 0.2), ("dp-sgd", 0.25), ("mozannar", 0.1))
+            for r in range(3)
+        ]
+    )
+    config = {"methods": [{"name": "raco-dp"}, {"name": "dp-sgd"}, {"name": "mozannar"}]}
+    by_notion = winners(table, config).set_index("privacy_notion")
+    assert by_notion.loc["full", "winner"] == "raco-dp"
+    assert by_notion.loc["full", "runner_up"] == "dp-sgd"
+    assert by_notion.loc[LOCAL, "winner"] == "mozannar" and by_notion.loc[LOCAL, "competitors"] == 1

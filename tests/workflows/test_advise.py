@@ -424,3 +424,37 @@ def test_the_plans_counts_are_a_noisy_session_release(table):
     exact = exact[0].numpy()
     assert kind == "laplace" and exact.sum() == len(task.val) and noisy.shape == exact.shape
     assert not np.array_equal(noisy, exact) and (noisy >= 0).all()
+
+
+def test_the_disparate_impact_methods_join_and_decoupled_post_and_mozannar_do_not():
+    """configs/advise/methods.yaml: DPSGD-F and DPSGD-Global-Adapt are DP-SGD's kind of
+    accuracy reference (any rate constraint, selected on error alone); decoupled-post and
+    mozannar are not among the methods (the file's header says why)."""
+    for constraint in ("demographic_parity", "equalized_odds"):
+        chosen, skipped = flow.applicable(constraint, True, 1000)
+        names = {m.name: m for m in chosen}
+        assert {"dp-sgd", "dpsgd-f", "dpsgd-global-adapt"} <= set(names)
+        assert names["dpsgd-f"].unconstrained and names["dpsgd-global-adapt"].unconstrained
+        assert not {"decoupled-post", "mozannar"} & (set(names) | set(skipped))
+    assert names["dpsgd-f"].space["batch_size"] == [10, 20, 40, 80, 160, 320]
+
+
+@pytest.mark.slow  # calibrating the release over both methods' support: ~45 s
+def test_advise_on_a_small_csv_lists_the_disparate_impact_methods(table):
+    from fairbench.workflows.advise_report import plan_text
+
+    request = flow.Request(
+        {"csv": str(table), "label": "outcome", "sensitive": "group", "positive": "yes"},
+        8.0,
+        "demographic_parity",
+        0.1,
+        candidates=1.0,
+        repeats=2,
+        support=2,
+        seed=0,
+        only=("dpsgd-f", "dpsgd-global-adapt"),
+    )
+    plan_ = flow.plan(request)
+    assert [m.name for m in plan_.methods] == ["dpsgd-f", "dpsgd-global-adapt"]
+    assert "  methods: dpsgd-f, dpsgd-global-adapt" in plan_text(plan_).splitlines()
+    assert plan_.budget.total_epsilon <= 8.0

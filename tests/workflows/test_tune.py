@@ -128,6 +128,71 @@ def test_a_bundled_space_starts_with_its_papers_configuration():
     assert max(d["batch_size"] for d in draws) >= 512
 
 
+# issue 39's methods: (config, label) -> the paper's (the authors' code's) configuration
+ISSUE_39 = {
+    ("literature-adult-dp", "dpsgd-f"): {  # fair-dp adult_script.sh, --method=dpsgd-f
+        "calibrate": "noise",
+        "epochs": 20,
+        "lr": 0.01,
+        "base_clip": 0.5,
+        "count_noise_multiplier": 10.0,
+        "batch_size": 256,
+    },
+    ("literature", "dpsgd-global-adapt"): {  # --method=dpsgd-global-adapt
+        "calibrate": "noise",
+        "epochs": 20,
+        "lr": 0.2,
+        "clip_norm": 0.5,
+        "initial_bound": 50.0,
+        "count_noise_multiplier": 10.0,
+        "lr_bound": 0.1,
+        "threshold": 1.0,
+        "batch_size": 256,
+    },
+    ("privacy-cost-german", "decoupled-post"): {  # dp_fair_binary Algorithm2.py
+        "calibrate": "noise",
+        "epochs": 50,
+        "lr": 0.01,
+        "clip_norm": 1.5,
+        "batch_size": 1024,
+        "rate_share": 0.1,
+        "knob": 0.0,
+    },
+    ("literature", "mozannar"): {  # fairlearn_private_data's EG settings
+        "C": 1.0,
+        "eps": 0.001,
+        "max_iter": 50,
+        "eta0": 0.5,
+        "knob": 0.001,
+    },
+}
+
+
+@pytest.mark.parametrize(("config", "label"), sorted(ISSUE_39), ids=lambda v: v)
+def test_issue_39s_spaces_start_with_their_papers_configuration(config, label):
+    """Draw 0 of each new method's search is its authors' run, whatever batch space the
+    dataset merges in; the other draws stay in the space."""
+    tune = load_tune_config(config)
+    draws = sample_configurations(tune)[label]
+    assert len(draws) == 16 and draws[0] == ISSUE_39[(config, label)]
+    (entry,) = [m for m in tune.methods if (m.label or m.name) == label]
+    for drawn in draws[1:]:
+        assert set(drawn) <= set(entry.space) - {"default"}
+    assert entry.unconstrained == (label in ("dpsgd-f", "dpsgd-global-adapt"))
+
+
+def test_decoupled_post_is_in_every_demographic_parity_privacy_cost_config():
+    from fairbench.runner.config_files import bundled
+
+    configs = [load_tune_config(p.stem) for p in bundled("tune")]
+    costs = [c for c in configs if c.name.startswith("privacy-cost-")]
+    assert len(costs) == 9
+    for config in costs:
+        names = {m.name for m in config.methods}
+        assert ("decoupled-post" in names) == (config.constraint == "demographic_parity")
+        assert not names & {"mozannar", "dpsgd-f", "dpsgd-global-adapt"}  # no notion column
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
