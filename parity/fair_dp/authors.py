@@ -5,10 +5,12 @@
 AUTHORS: a checkout of layer6ai-labs/fair-dp (imported from there, never copied). ADULT_DIR:
 a folder holding UCI's adult.data and adult.test; their loader writes a formatted CSV beside
 them, so they are linked into OUT/data/adult first. METHOD: regular, dpsgd, dpsgd-f or
-dpsgd-global-adapt. Their code runs in fairbench's environment (torch 2.13, opacus 1.6) plus
-`regex` and `tensorboardX`; torchvision (image datasets only) and functorch (gradient
-angles and Hessians, off in their Adult script) stand in while their modules load. Their logs
-land in OUT/runs/adult/<METHOD>_<SEED>.
+dpsgd-global-adapt. Their code needs opacus 1.1 and pandas < 2 (opacus 1.6 lacks a private
+helper their optimizers import; pandas 3 refuses their loader's column assignment): measured
+with a venv over fairbench's holding opacus 1.1.3, pandas 1.5.3, numpy 1.26.4, regex,
+tensorboardX and tqdm (docs/parity.md). torchvision (image datasets only) stands in while
+their modules load (functorch too, where torch does not ship it: it serves only gradient
+angles and Hessians, off in their Adult script). Their logs land in OUT/runs/<METHOD>_<SEED>.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from parity.shims import missing_modules, stand_ins
 
-# torchvision: their image datasets only; functorch: gradient angles and Hessians (off here).
+# torchvision: their image datasets only; functorch (gradient angles and Hessians, off here):
+# only where torch does not ship it (torch 2.13 does, with make_functional, vjp and grad).
 STAND_INS = ("torchvision", "torchvision.datasets", "torchvision.transforms", "functorch")
 
 
