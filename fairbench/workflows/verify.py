@@ -6,7 +6,8 @@ commits) from their recorded specs, with today's code, in a temporary folder, an
 what identifies a result exactly: the test and validation predictions' fingerprints and the
 epsilon spent (its ledger's, to the last digit). A row whose recorded spec no longer hashes
 to its trial id, or whose noise came from the operating system's entropy (`secure_noise`),
-cannot be re-run and is reported as such.
+cannot be re-run and is reported as such, as is a row written before the fingerprints
+were recorded (nothing to compare with).
 
 The sample takes every (method label, epsilon, dataset) group of the run in turn, trials in
 a seeded random order within each, so that every method and budget is represented however
@@ -31,7 +32,8 @@ from fairbench.runner.execute import execute
 from fairbench.runner.stacking import work_units
 from fairbench.runner.trial import NOISE_SAMPLERS, TrialSpec
 
-COMPARED = ("test_predictions_sha256", "val_predictions_sha256", "epsilon_spent")
+FINGERPRINTS = ("test_predictions_sha256", "val_predictions_sha256")
+COMPARED = (*FINGERPRINTS, "epsilon_spent")
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,13 @@ def verify(run_dir: Path, size: int, seed: int = 0, workers: int = 1) -> list[Ch
     for row in rows:
         spec = spec_of(row)
         problem = None
-        if (row.get("info") or {}).get("noise_sampler") == NOISE_SAMPLERS[True]:
+        missing = [f for f in FINGERPRINTS if f not in row or _number(row[f]) is None]
+        if missing:
+            problem = (
+                f"its row has no {', '.join(missing)} (written before fairbench recorded it): "
+                "re-run the figure"
+            )
+        elif (row.get("info") or {}).get("noise_sampler") == NOISE_SAMPLERS[True]:
             problem = "its noise came from the operating system's entropy (secure_noise)"
         elif spec.trial_id != row["trial_id"]:
             problem = f"its recorded spec hashes to {spec.trial_id}, not its trial id"

@@ -49,6 +49,8 @@ def _clean(figures: dict[str, object]) -> None:
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_every_registered_figure_is_drawn_without_overlapping_text(name):
     spec = FIGURES[name]
+    if not spec.committed:
+        pytest.skip(f"{name}: no committed figure (fairbench/figures.py says why)")
     inputs = [REPO / path for path in spec.committed]
     missing = [str(p) for p in inputs if not p.is_dir()]
     assert not missing, f"{name}: committed inputs missing: {missing}"

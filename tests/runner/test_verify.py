@@ -2,6 +2,7 @@
 result that today's code does not reproduce is named, field by field, with exit 1."""
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -34,6 +35,24 @@ def test_verify_reproduces_a_run_and_names_what_differs(cli, tmp_path):
     code, out, _ = cli("verify", str(committed), "--workers", "1", "--sample", "2")
     assert code == 1 and "1 of 2 trials bit-identical" in out
     assert f"differs {rows.loc[private, 'trial_id']}" in out and "epsilon_spent" in out
+
+    # a row written before the fingerprints were recorded: named, nothing re-run, exit 1
+    rows.drop(columns=["val_predictions_sha256"]).to_csv(committed / "trials.csv", index=False)
+    code, out, _ = cli("verify", str(committed), "--workers", "1", "--sample", "2")
+    assert code == 1 and "0 of 2 trials bit-identical" in out
+    assert "has no val_predictions_sha256 (written before fairbench recorded it)" in out
+
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED_TUNE = REPO / "results/tune/privacy-cost/parkinsons/final/parkinsons-eps1"
+
+
+@pytest.mark.data("parkinsons/parkinsons_updrs.data")
+def test_todays_code_reproduces_a_committed_tuned_figure_bit_for_bit(cli):
+    """The committed tuned figure is what today's code produces (`make verify-figures` checks
+    every committed run directory; CI re-runs two trials of this one)."""
+    code, out, _ = cli("verify", str(COMMITTED_TUNE), "--workers", "1", "--sample", "2")
+    assert code == 0 and "2 of 2 trials bit-identical" in out, out
 
 
 def test_a_sampled_trial_is_re_run_in_the_stack_the_run_trained_it_in():

@@ -1,0 +1,211 @@
+"""A fixed configuration against the tuned selection, on the tune's own fresh seeds (issue 40).
+
+Does the tune give a method its best shot? Its space holds the method's paper configuration
+as draw 0, so the tuned selection should be at least as good as that configuration on the
+same splits. The fixed configuration runs as a plain `fairbench run` on the tune's datasets,
+epsilons and final seeds; a seed fixes the split, so the tuned selection's row of the tune's
+table on final seed s and the fixed run's trial of seed s are a matched pair.
+
+Per (dataset, epsilon, method, target tau): the tuned selection and the fixed configuration's
+mean test error and violation; the fixed configuration's mean validation violation (above tau,
+the tune could not have chosen it there); the paired test-error difference (tuned minus fixed)
+with its 95% Student-t interval; and the verdict: "tuned better" (interval below 0), "fixed
+better" (above 0) or "tie" (it contains 0). "At least as good" is every verdict but "fixed
+better". Only free selections are paired (a private selection releases a different choice per
+repeat).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fairbench.errors import ConfigError
+from fairbench.report.aggregate import ci95
+from fairbench.report.document import Document, Table
+from fairbench.report.outputs import Csv, Doc, Output
+from fairbench.rundir.store import finished_rows
+from fairbench.rundir.tuning import TuneLayout, read_table, read_tune_config
+
+TUNED_BETTER, FIXED_BETTER, TIE = "tuned better", "fixed better", "tie"
+COLUMNS = [
+    "dataset",
+    "epsilon",
+    "method",
+    "fixed_label",
+    "tau",
+    "selected",
+    "n_pairs",
+    "tuned_error",
+    "fixed_error",
+    "difference_mean",
+    "difference_ci95",
+    "verdict",
+    "tuned_violation",
+    "fixed_violation",
+    "fixed_val_violation",
+    "fixed_epsilon_spent",
+]
+
+
+def _dataset_entries(tune: dict[str, Any]) -> list[tuple[str, dict]]:
+    """The tune config's datasets as (name, options)."""
+    entries = []
+    for entry in tune["datasets"]:
+        if isinstance(entry, str):
+            entries.append((entry, {}))
+        else:
+            entries.append((entry["name"], dict(entry.get("options") or {})))
+    return entries
+
+
+def _tune_for(tunes: dict[Path, dict], name: str, options: dict, epsilon: float) -> Path:
+    """The one tune that ran this dataset (same options) at this epsilon."""
+    found = [
+        path
+        for path, tune in tunes.items()
+        if (name, options) in _dataset_entries(tune)
+        and epsilon in [float(e) for e in tune["epsilons"]]
+    ]
+    if len(found) != 1:
+        which = "no tune" if not found else f"{len(found)} tunes ({', '.join(map(str, found))})"
+        raise ConfigError(
+            f"{which} ran {name} {options or ''} at epsilon {epsilon}: give exactly one "
+            "`fairbench tune --out` directory per dataset and epsilon of the fixed run"
+        )
+    if [n for n, _ in _dataset_entries(tunes[found[0]])].count(name) > 1:
+        raise ConfigError(
+            f"{found[0]} tunes {name} under two sets of options; its table cannot tell them apart"
+        )
+    return found[0]
+
+
+def comparison(fixed: pd.DataFrame, tables: dict[Path, pd.DataFrame], tunes: dict) -> pd.DataFrame:
+    """One row per (dataset, epsilon, fixed label, target) of the fixed run (rows of
+    `finished_rows` as a frame) against the tunes' tables (`read_table`)."""
+    rows = []
+    for (name, eps, label), trials in fixed.groupby(["dataset", "epsilon", "label"], sort=True):
+        options = dict(trials["dataset_options"].iloc[0] or {})
+        path = _tune_for(tunes, name, options, float(eps))
+        method = trials["method"].iloc[0]
+        table = tables[path]
+        mine = table[
+            (table["dataset"] == name)
+            & (table["epsilon"] == float(eps))
+            & (table["method"] == method)
+            & (table["selection"] == "free")
+        ]
+        if mine.empty:
+            raise ConfigError(f"{path} selected no {method} at epsilon {eps} on {name}")
+        by_seed = trials.set_index("seed")
+        for tau, tuned in mine.groupby("target", sort=True):
+            tuned = tuned.dropna(subset=["test_error"]).set_index("repeat")
+            seeds = sorted(set(tuned.index) & set(by_seed.index))
+            difference = tuned.loc[seeds, "test_error"] - by_seed.loc[seeds, "test_error"]
+            half = ci95(difference) if seeds else math.nan
+            mean = float(difference.mean()) if seeds else math.nan
+            rows.append(
+                {
+                    "dataset": name,
+                    "epsilon": float(eps),
+                    "method": method,
+                    "fixed_label": label,
+                    "tau": float(tau),
+                    "selected": tuned["selected"].iloc[0] if len(tuned) else None,
+                    "n_pairs": len(seeds),
+                    "tuned_error": float(tuned.loc[seeds, "test_error"].mean()),
+                    "fixed_error": float(by_seed.loc[seeds, "test_error"].mean()),
+                    "difference_mean": mean,
+                    "difference_ci95": half,
+                    "verdict": verdict(mean, half),
+                    "tuned_violation": float(tuned.loc[seeds, "test_violation"].mean()),
+                    "fixed_violation": float(by_seed.loc[seeds, "test_violation"].mean()),
+                    "fixed_val_violation": float(trials["val_violation"].mean()),
+                    "fixed_epsilon_spent": float(trials["epsilon_spent"].mean()),
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def verdict(mean: float, half: float) -> str:
+    """Tuned minus fixed: below 0 is the tune's win; an interval containing 0 (or no interval:
+    fewer than two pairs) is a tie."""
+    if math.isnan(half) or mean - half <= 0 <= mean + half:
+        return TIE
+    return TUNED_BETTER if mean < 0 else FIXED_BETTER
+
+
+def document(table: pd.DataFrame) -> Document:
+    def pm(mean: float, half: float) -> str:
+        return f"{mean:+.4f} ± {half:.4f}" if not math.isnan(half) else f"{mean:+.4f}"
+
+    doc = Document().heading(1, "A fixed configuration against the tuned selection")
+    doc.add(
+        "Test error on the tune's final seeds (a seed fixes the split, so each seed is a "
+        "matched pair): the tuned selection at each target τ against the fixed configuration. "
+        "Difference = tuned − fixed, mean ± 95% Student-t half-width over the pairs; "
+        "'tie' where the interval contains 0. The fixed configuration's validation violation "
+        "says whether the tune could have chosen it at τ (it must be ≤ τ)."
+    )
+    cells = [
+        [
+            r.dataset,
+            f"{r.epsilon:g}",
+            r.fixed_label,
+            f"{r.tau:g}",
+            str(r.selected),
+            str(r.n_pairs),
+            f"{r.tuned_error:.4f}",
+            f"{r.fixed_error:.4f}",
+            pm(r.difference_mean, r.difference_ci95),
+            r.verdict,
+            f"{r.tuned_violation:.3f} / {r.fixed_violation:.3f}",
+            f"{r.fixed_val_violation:.3f}",
+            f"{r.fixed_epsilon_spent:.3f}",
+        ]
+        for r in table.itertuples()
+    ]
+    doc.add(
+        Table(
+            [
+                "dataset",
+                "ε",
+                "fixed",
+                "τ",
+                "tuned selection",
+                "pairs",
+                "tuned error",
+                "fixed error",
+                "tuned − fixed",
+                "verdict",
+                "test violation tuned / fixed",
+                "fixed val violation",
+                "fixed ε spent",
+            ],
+            cells,
+            "lllllrrrrllrr",
+        )
+    )
+    return doc
+
+
+def outputs(inputs: list[Path]) -> Iterator[Output]:
+    """From one or more fixed `fairbench run` directories and the `fairbench tune --out`
+    directories they are compared with (a directory with a tune.yaml is a tune)."""
+    tune_paths = [p for p in inputs if TuneLayout(p).config.is_file()]
+    run_paths = [p for p in inputs if p not in tune_paths]
+    if not tune_paths or not run_paths:
+        raise ConfigError(
+            "give the fixed configuration's `fairbench run --out` directory and the "
+            "`fairbench tune --out` directories it is compared with"
+        )
+    tunes = {p: read_tune_config(TuneLayout(p)) for p in tune_paths}
+    tables = {p: read_table(TuneLayout(p)) for p in tune_paths}
+    fixed = pd.DataFrame([row for p in run_paths for row in finished_rows(p, "compare")])
+    table = comparison(fixed, tables, tunes)
+    yield Csv("comparison.csv", table)
+    yield Doc("comparison", document(table))
