@@ -17,10 +17,10 @@ repeat).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -29,9 +29,10 @@ from fairbench.report.aggregate import ci95
 from fairbench.report.document import Document, Table
 from fairbench.report.outputs import Csv, Doc, Output
 from fairbench.rundir.store import finished_rows
-from fairbench.rundir.tuning import TuneLayout, read_table, read_tune_config
+from fairbench.rundir.tuning import TuneLayout, read_table
 
 TUNED_BETTER, FIXED_BETTER, TIE = "tuned better", "fixed better", "tie"
+NOT_SELECTED = "the tune selected none within τ"
 COLUMNS = [
     "dataset",
     "epsilon",
@@ -52,32 +53,28 @@ COLUMNS = [
 ]
 
 
-def _dataset_entries(tune: dict[str, Any]) -> list[tuple[str, dict]]:
-    """The tune config's datasets as (name, options)."""
-    entries = []
-    for entry in tune["datasets"]:
-        if isinstance(entry, str):
-            entries.append((entry, {}))
-        else:
-            entries.append((entry["name"], dict(entry.get("options") or {})))
-    return entries
+def tuned_datasets(path: Path) -> set[tuple[str, str, float]]:
+    """(dataset, its options as the trials record them, epsilon) of every final run of a tune:
+    the options resolved as a run resolves them, so a fixed run's rows compare as equals."""
+    return {
+        (row["dataset"], json.dumps(row["dataset_options"] or {}, sort_keys=True), row["epsilon"])
+        for run in sorted(TuneLayout(path).final.iterdir())
+        if run.is_dir()
+        for row in finished_rows(run, "compare")
+    }
 
 
-def _tune_for(tunes: dict[Path, dict], name: str, options: dict, epsilon: float) -> Path:
+def _tune_for(tunes: dict[Path, set], name: str, options: dict, epsilon: float) -> Path:
     """The one tune that ran this dataset (same options) at this epsilon."""
-    found = [
-        path
-        for path, tune in tunes.items()
-        if (name, options) in _dataset_entries(tune)
-        and epsilon in [float(e) for e in tune["epsilons"]]
-    ]
+    key = (name, json.dumps(options, sort_keys=True), epsilon)
+    found = [path for path, runs in tunes.items() if key in runs]
     if len(found) != 1:
         which = "no tune" if not found else f"{len(found)} tunes ({', '.join(map(str, found))})"
         raise ConfigError(
-            f"{which} ran {name} {options or ''} at epsilon {epsilon}: give exactly one "
+            f"{which} ran {name} {options} at epsilon {epsilon}: give exactly one "
             "`fairbench tune --out` directory per dataset and epsilon of the fixed run"
         )
-    if [n for n, _ in _dataset_entries(tunes[found[0]])].count(name) > 1:
+    if len({o for n, o, _ in tunes[found[0]] if n == name}) > 1:
         raise ConfigError(
             f"{found[0]} tunes {name} under two sets of options; its table cannot tell them apart"
         )
@@ -86,7 +83,8 @@ def _tune_for(tunes: dict[Path, dict], name: str, options: dict, epsilon: float)
 
 def comparison(fixed: pd.DataFrame, tables: dict[Path, pd.DataFrame], tunes: dict) -> pd.DataFrame:
     """One row per (dataset, epsilon, fixed label, target) of the fixed run (rows of
-    `finished_rows` as a frame) against the tunes' tables (`read_table`)."""
+    `finished_rows` as a frame) against the tunes' tables (`read_table`); `tunes` maps each
+    tune to its `tuned_datasets`."""
     rows = []
     for (name, eps, label), trials in fixed.groupby(["dataset", "epsilon", "label"], sort=True):
         options = dict(trials["dataset_options"].iloc[0] or {})
@@ -121,7 +119,7 @@ def comparison(fixed: pd.DataFrame, tables: dict[Path, pd.DataFrame], tunes: dic
                     "fixed_error": float(by_seed.loc[seeds, "test_error"].mean()),
                     "difference_mean": mean,
                     "difference_ci95": half,
-                    "verdict": verdict(mean, half),
+                    "verdict": verdict(mean, half) if seeds else NOT_SELECTED,
                     "tuned_violation": float(tuned.loc[seeds, "test_violation"].mean()),
                     "fixed_violation": float(by_seed.loc[seeds, "test_violation"].mean()),
                     "fixed_val_violation": float(trials["val_violation"].mean()),
@@ -141,7 +139,12 @@ def verdict(mean: float, half: float) -> str:
 
 def document(table: pd.DataFrame) -> Document:
     def pm(mean: float, half: float) -> str:
+        if math.isnan(mean):
+            return "—"
         return f"{mean:+.4f} ± {half:.4f}" if not math.isnan(half) else f"{mean:+.4f}"
+
+    def num(value: float, digits: int) -> str:
+        return "—" if math.isnan(value) else f"{value:.{digits}f}"
 
     doc = Document().heading(1, "A fixed configuration against the tuned selection")
     doc.add(
@@ -157,13 +160,13 @@ def document(table: pd.DataFrame) -> Document:
             f"{r.epsilon:g}",
             r.fixed_label,
             f"{r.tau:g}",
-            str(r.selected),
+            r.selected if isinstance(r.selected, str) else "—",
             str(r.n_pairs),
-            f"{r.tuned_error:.4f}",
-            f"{r.fixed_error:.4f}",
+            num(r.tuned_error, 4),
+            num(r.fixed_error, 4),
             pm(r.difference_mean, r.difference_ci95),
             r.verdict,
-            f"{r.tuned_violation:.3f} / {r.fixed_violation:.3f}",
+            f"{num(r.tuned_violation, 3)} / {num(r.fixed_violation, 3)}",
             f"{r.fixed_val_violation:.3f}",
             f"{r.fixed_epsilon_spent:.3f}",
         ]
@@ -203,7 +206,7 @@ def outputs(inputs: list[Path]) -> Iterator[Output]:
             "give the fixed configuration's `fairbench run --out` directory and the "
             "`fairbench tune --out` directories it is compared with"
         )
-    tunes = {p: read_tune_config(TuneLayout(p)) for p in tune_paths}
+    tunes = {p: tuned_datasets(p) for p in tune_paths}
     tables = {p: read_table(TuneLayout(p)) for p in tune_paths}
     fixed = pd.DataFrame([row for p in run_paths for row in finished_rows(p, "compare")])
     table = comparison(fixed, tables, tunes)

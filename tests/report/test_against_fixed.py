@@ -9,15 +9,18 @@ import pandas as pd
 import pytest
 
 from fairbench.errors import ConfigError
-from fairbench.report.against_fixed import FIXED_BETTER, TIE, TUNED_BETTER, comparison, verdict
+from fairbench.report.against_fixed import (
+    FIXED_BETTER,
+    NOT_SELECTED,
+    TIE,
+    TUNED_BETTER,
+    comparison,
+    verdict,
+)
 
 TUNE = Path("tune")
-TUNES = {
-    TUNE: {
-        "datasets": [{"name": "parkinsons", "options": {"task": "classification"}}],
-        "epsilons": [0.1, 1.0],
-    }
-}
+# what `tuned_datasets` reads off the tune's final runs: (dataset, options as JSON, epsilon)
+TUNES = {TUNE: {("parkinsons", '{"task": "classification"}', e) for e in (0.1, 1.0)}}
 
 
 def _table(errors: dict[float, list[float]]) -> pd.DataFrame:
@@ -92,3 +95,10 @@ def test_verdict_signs():
 def test_a_fixed_run_no_tune_covers_is_one_clear_error():
     with pytest.raises(ConfigError, match="no tune ran parkinsons"):
         comparison(_fixed([0.1], {"task": "regression"}), {TUNE: _table({0.05: [0.1]})}, TUNES)
+
+
+def test_a_target_the_tune_met_with_no_selection_is_named_not_paired():
+    table = _table({0.05: [0.10, 0.12]})
+    table.loc[:, ["selected", "test_error"]] = [None, float("nan")]
+    out = comparison(_fixed([0.12, 0.15]), {TUNE: table}, TUNES)
+    assert out["verdict"].tolist() == [NOT_SELECTED] and out["n_pairs"].tolist() == [0]
