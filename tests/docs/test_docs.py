@@ -89,6 +89,11 @@ EXPENSIVE: dict[str, tuple[str, str]] = {
     ),
     "fairbench figure literature results/tune/literature results/tune/literature-adult-dp "
     "--out runs/fig-literature": ("parse", "reads the committed tune outputs under results/"),
+    "fairbench figure literature results/tune/literature results/tune/literature-adult-dp "
+    "--out results/figures/fig-literature": (
+        "parse",
+        "rewrites the committed figure under results/ (make fig-literature)",
+    ),
     f"fairbench figure privacy-cost {PRIVACY_COST} --out results/figures/fig-privacy-cost": (
         "parse",
         "rewrites the committed figure under results/ (make fig-privacy-cost)",
