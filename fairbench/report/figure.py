@@ -60,6 +60,9 @@ def new_figure(
     return fig, [list(row) for row in axes]
 
 
+TITLE_ROOM = 1.0  # inches kept above a tall outside legend for a two-line title
+
+
 def legend_outside(fig: Figure, axes: Iterable[Axes], extra: dict[str, Any] | None = None) -> None:
     """One legend for every series of every panel (a series may appear in some panels only),
     right of the panels; `extra` adds entries (label -> handle) after the panels' own."""
@@ -76,9 +79,13 @@ def legend_outside(fig: Figure, axes: Iterable[Axes], extra: dict[str, Any] | No
             loc="outside right center",
             frameon=False,
         )
-        # the figure grows by the legend's width, so the panels keep theirs
-        width = legend.get_window_extent(_renderer(fig)).width / fig.dpi
-        fig.set_figwidth(fig.get_figwidth() + width)
+        # the figure grows by the legend's width, so the panels keep theirs; and, where the
+        # legend is taller than the panels (a one-panel figure of many methods), by the height
+        # it needs to stay clear of the title above it
+        extent = legend.get_window_extent(_renderer(fig))
+        fig.set_figwidth(fig.get_figwidth() + extent.width / fig.dpi)
+        if extent.height / fig.dpi > fig.get_figheight() - TITLE_ROOM:
+            fig.set_figheight(extent.height / fig.dpi + TITLE_ROOM)
 
 
 def legend_below(fig: Figure, handles: Sequence[Any], ncol: int) -> None:
