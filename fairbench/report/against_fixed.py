@@ -28,6 +28,7 @@ from fairbench.errors import ConfigError
 from fairbench.report.aggregate import ci95
 from fairbench.report.document import Document, Table
 from fairbench.report.outputs import Csv, Doc, Output
+from fairbench.report.paired import paired_verdict
 from fairbench.rundir.store import finished_rows
 from fairbench.rundir.tuning import TuneLayout, read_table
 
@@ -104,8 +105,7 @@ def comparison(fixed: pd.DataFrame, tables: dict[Path, pd.DataFrame], tunes: dic
             tuned = tuned.dropna(subset=["test_error"]).set_index("repeat")
             seeds = sorted(set(tuned.index) & set(by_seed.index))
             difference = tuned.loc[seeds, "test_error"] - by_seed.loc[seeds, "test_error"]
-            half = ci95(difference) if seeds else math.nan
-            mean = float(difference.mean()) if seeds else math.nan
+            half, mean = ci95(difference), float(difference.mean())  # NaN without pairs
             rows.append(
                 {
                     "dataset": name,
@@ -130,11 +130,8 @@ def comparison(fixed: pd.DataFrame, tables: dict[Path, pd.DataFrame], tunes: dic
 
 
 def verdict(mean: float, half: float) -> str:
-    """Tuned minus fixed: below 0 is the tune's win; an interval containing 0 (or no interval:
-    fewer than two pairs) is a tie."""
-    if math.isnan(half) or mean - half <= 0 <= mean + half:
-        return TIE
-    return TUNED_BETTER if mean < 0 else FIXED_BETTER
+    """Tuned minus fixed, read as `paired_verdict` reads A minus B (A the tune)."""
+    return {"win": TUNED_BETTER, "loss": FIXED_BETTER, "tie": TIE}[paired_verdict(mean, half)]
 
 
 def document(table: pd.DataFrame) -> Document:

@@ -84,7 +84,7 @@ def paired_table(trials: pd.DataFrame, levels: tuple[float, ...] = DEFAULT_LEVEL
                         "violation_b": float(by_label[b].loc[seeds, "test_violation"].mean()),
                         "difference_mean": mean,
                         "difference_ci95": half,
-                        "verdict": _verdict(mean, half),
+                        "verdict": paired_verdict(mean, half),
                         **{
                             f"{col}_{side}": float(by_label[m].loc[seeds, col].mean())
                             for col in BUDGET
@@ -95,7 +95,9 @@ def paired_table(trials: pd.DataFrame, levels: tuple[float, ...] = DEFAULT_LEVEL
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
 
 
-def _verdict(mean: float, half: float) -> str:
+def paired_verdict(mean: float, half: float) -> str:
+    """A's side of a paired difference (A minus B, mean ± 95% half-width): "win" when the
+    interval lies below 0, "loss" above, "tie" when it contains 0 or there is none."""
     if math.isnan(half) or abs(mean) <= half:
         return "tie"
     return "win" if mean < 0 else "loss"
