@@ -38,6 +38,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy.special import log_ndtr
 
 from fairbench.errors import ConfigError
+from fairbench.privacy import pld_vectorised
 
 PLD: TypeAlias = pld_lib.PrivacyLossDistribution
 NEGLIGIBLE_DELTA = 1e-22  # hockey-stick mass left at +infinity (dp-accounting's: e^-50)
@@ -267,12 +268,7 @@ def _build_one(event: dp_event.DpEvent, interval: float, pessimistic: bool) -> P
     if isinstance(event, dp_event.NoOpDpEvent):
         return pld_lib.identity(interval, pessimistic)
     if (precision := _gaussian_precision(event)) is not None:  # one Gaussian, exactly
-        return pld_lib.from_gaussian_mechanism(
-            precision**-0.5,
-            value_discretization_interval=interval,
-            pessimistic_estimate=pessimistic,
-            use_connect_dots=pessimistic,
-        )
+        return pld_vectorised.gaussian(precision**-0.5, interval, pessimistic=pessimistic)
     if isinstance(event, dp_event.RandomizedResponseDpEvent):
         return pld_lib.from_randomized_response(
             event.noise_parameter,
@@ -293,22 +289,13 @@ def _build_one(event: dp_event.DpEvent, interval: float, pessimistic: bool) -> P
     if isinstance(event, dp_event.PoissonSampledDpEvent):
         q, event = event.sampling_probability, event.event
     sigma, laplace = one_batch(event)
+    if sigma is None and laplace is None:
+        raise ConfigError(f"a sampled event that releases nothing: {event}")
     if laplace is None:
-        return pld_lib.from_gaussian_mechanism(
-            sigma,
-            value_discretization_interval=interval,
-            sampling_prob=q,
-            pessimistic_estimate=pessimistic,
-            use_connect_dots=pessimistic,
-        )
+        assert sigma is not None
+        return pld_vectorised.gaussian(sigma, interval, q, pessimistic)
     if sigma is None:
-        return pld_lib.from_laplace_mechanism(
-            laplace,
-            value_discretization_interval=interval,
-            sampling_prob=q,
-            pessimistic_estimate=pessimistic,
-            use_connect_dots=pessimistic,
-        )
+        return pld_vectorised.laplace(laplace, interval, q, pessimistic)
     if not pessimistic:
         raise NoOptimisticBound("Gaussian and Laplace releases on one batch")
     return _shared_gauss_laplace(q, sigma, laplace, interval)

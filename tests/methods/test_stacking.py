@@ -14,7 +14,7 @@ from fairbench.methods import FairnessSpec, get_method, method_class, registry
 from fairbench.methods.trial import Trial
 from fairbench.privacy import PrivacyBudget
 from fairbench.privacy.session import PrivacySession, canonical
-from fairbench.runner.stacking import work_units
+from fairbench.runner.stacking import max_stack_for, work_units
 from fairbench.runner.trial import TrialSpec, run_stack, run_trial, stack_key
 
 FAST = {"epochs": 1, "steps": 5, "max_iter": 3, "iterations": 3, "T": 3}
@@ -184,6 +184,19 @@ def test_work_units_stack_only_what_may_share_a_program():
         return sorted(tuple(s.trial_id for s in u) for u in found)
 
     assert ids(work_units(list(reversed(specs)))) == ids(units)
+
+
+def test_a_gpu_run_packs_hundreds_of_trials_per_program():
+    """On the CPU a tune's 60 draws of one entry at one epsilon are 3 stacks of 20; on a GPU,
+    where a step's kernel launches hardly grow with the stack, one program."""
+    draws = [
+        dataclasses.replace(spec("raco-dp", 0, 0.05, lr=0.1 + i / 100), label=f"raco-dp#{i}")
+        for i in range(60)
+    ]
+    assert [len(u) for u in work_units(draws)] == [20, 20, 20]
+    on_gpu = [dataclasses.replace(s, device="cuda") for s in draws]
+    assert [len(u) for u in work_units(on_gpu)] == [60]
+    assert max_stack_for("cuda") >= 200 > max_stack_for("cpu")
 
 
 def test_the_runner_stores_a_stack_as_the_trials_alone():
