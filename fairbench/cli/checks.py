@@ -109,7 +109,9 @@ def bench(
             )
         return
     if figure is not None:
-        _bench_figure(figure, out, workers, as_json, rounds, batch_size, keep_run)
+        _bench_figure(
+            figure, out, workers, as_json, rounds, batch_size, keep_run, _bench_device(device)
+        )
         return
 
     device = _bench_device(device)
@@ -168,6 +170,7 @@ def _bench_figure(
     rounds: int,
     batch: int,
     keep_run: Path | None,
+    device: str,
 ) -> None:
     import tempfile
 
@@ -177,7 +180,12 @@ def _bench_figure(
     with tempfile.TemporaryDirectory() as scratch:
         run_dir = Path(scratch) / "run" if keep_run is None else keep_run
         result = figure_time(
-            figure, run_dir, workers or default_workers(), step_rounds=rounds, batch_size=batch
+            figure,
+            run_dir,
+            workers or default_workers(),
+            step_rounds=rounds,
+            batch_size=batch,
+            device=device,  # type: ignore[arg-type]  # resolved: "cpu" or "cuda"
         )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -202,6 +210,14 @@ def _print_figure_time(result: dict) -> None:
         f"{result['trials_per_second']:.2f} trials/s",
         soft_wrap=True,
     )
+    if (gpu := result.get("gpu")) is not None:
+        console.print(
+            f"GPU utilisation {gpu['mean_percent']:.0f}% mean, {gpu['median_percent']:.0f}% "
+            f"median over {gpu['samples']} s, at most {gpu['max_memory_mib']:.0f} MiB"
+            if gpu["measured"]
+            else f"GPU utilisation not measured: {gpu['why']}",
+            soft_wrap=True,
+        )
     console.print(
         f"DP-SGD step ({step['dataset']}, batch {step['batch_size']}, 1 thread): "
         f"{step['before'] * 1e3:.3f} ms before, {step['after'] * 1e3:.3f} ms after, "

@@ -9,13 +9,15 @@ steps measured in the same process, with each method's and each phase's share.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import torch
@@ -198,8 +200,61 @@ def dp_sgd_step_seconds(batch_size: int = 512, rounds: int = 60) -> dict[str, An
     return {"seconds": result["step_seconds"]["dp-sgd"], "dataset": result["dataset"]}
 
 
+class GpuUtilisation:
+    """Samples the GPU's utilisation and memory (`nvidia-smi`, once a second, in a thread)
+    while a figure runs on CUDA: whether its stacks keep the device busy."""
+
+    QUERY: ClassVar[list[str]] = [
+        "nvidia-smi",
+        "--query-gpu=utilization.gpu,memory.used",
+        "--format=csv,noheader",
+    ]
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(self.QUERY, capture_output=True, text=True, timeout=10)
+                first = out.stdout.splitlines()[0]  # the first GPU: the one torch uses
+                util, memory = (float(v.split()[0]) for v in first.split(","))
+                self.samples.append((util, memory))
+            except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+                return  # no nvidia-smi: the summary says so
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> GpuUtilisation:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        if not self.samples:
+            return {"measured": False, "why": "nvidia-smi gave no reading"}
+        util = [u for u, _ in self.samples]
+        return {
+            "measured": True,
+            "samples": len(util),
+            "mean_percent": statistics.fmean(util),
+            "median_percent": statistics.median(util),
+            "max_memory_mib": max(m for _, m in self.samples),
+        }
+
+
 def figure_time(
-    config_name: str, run_dir: Path, workers: int, step_rounds: int = 60, batch_size: int = 512
+    config_name: str,
+    run_dir: Path,
+    workers: int,
+    step_rounds: int = 60,
+    batch_size: int = 512,
+    device: Device = "cpu",
 ) -> dict[str, Any]:
     """Wall time of a whole figure run from scratch (`run_dir` must not hold one), in seconds
     and in DP-SGD steps, with where it went.
@@ -214,7 +269,9 @@ def figure_time(
     workers x wall plus the report, split into those phases, the workers' imports (a fresh
     interpreter's `import_seconds` per pool process; none when trials run in this process)
     and writing the report (`fairbench run` writes it after the trials), the rest `other`
-    (pool start-up, moving results, the store, workers idle at the tail).
+    (pool start-up, moving results, the store, workers idle at the tail). On `device`
+    "cuda" the trials run there (the DP-SGD unit stays the CPU's) and `gpu` reports the
+    device's utilisation while they ran (`GpuUtilisation`).
     """
     from fairbench.errors import ConfigError
     from fairbench.report import write_report
@@ -224,11 +281,13 @@ def figure_time(
 
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(f"{run_dir} is not empty; a figure is timed from scratch")
-    config = load_config(config_name)
+    config = load_config(config_name, [f"device={device}"])
     before = dp_sgd_step_seconds(batch_size, step_rounds)
     start = time.perf_counter()
     specs = prepare_run(config, run_dir, warn=lambda _: None)
-    summary = execute(specs, run_dir, workers, True)
+    gpu = GpuUtilisation() if device == "cuda" else None
+    with gpu or contextlib.nullcontext():
+        summary = execute(specs, run_dir, workers, True)
     wall = time.perf_counter() - start
     after = dp_sgd_step_seconds(batch_size, step_rounds)
     rows = pd.DataFrame(finished_rows(run_dir, "time")) if summary.done else pd.DataFrame()
@@ -262,6 +321,7 @@ def figure_time(
     core["other"] = core_total - sum(core.values())
     return {
         "figure": config.name,
+        "device": device,
         "trials": len(rows),
         "failed": len(summary.failed),
         "workers": workers,
@@ -291,6 +351,7 @@ def figure_time(
             **{p: {"seconds": s, "share": s / core_total} for p, s in core.items()},
         },
         "methods": methods,
+        "gpu": None if gpu is None else gpu.summary(),
     }
 
 

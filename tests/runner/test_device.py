@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
+import time
 
 import pytest
 import torch
@@ -120,3 +122,30 @@ def test_bench_device_auto_falls_back_to_the_cpu_with_a_note(cli, small_bench):
 def test_bench_refuses_a_device_it_cannot_use_in_one_line(cli, small_bench, device, message):
     code, out, err = cli("bench", "--device", device, "--rounds", "1")
     assert code == 2 and err.strip() == message and not out
+
+
+@no_cuda
+def test_bench_figure_refuses_cuda_without_one_in_one_line(cli, small_bench):
+    code, out, err = cli("bench", "--figure", "smoke", "--device", "cuda", "--rounds", "1")
+    assert code == 2 and not out
+    assert err.strip() == (
+        "error: device 'cuda' requested but no CUDA device is available; use cpu or auto"
+    )
+
+
+def test_gpu_utilisation_is_sampled_while_a_figure_runs(monkeypatch):
+    """One reading a tick from nvidia-smi's CSV ("87 %, 1234 MiB"), averaged; a machine
+    without nvidia-smi says the utilisation was not measured instead of inventing one."""
+    fake = [sys.executable, "-c", "print('87 %, 1234 MiB'); print('5 %, 9 MiB')"]
+    monkeypatch.setattr(bench.GpuUtilisation, "QUERY", fake)
+    with bench.GpuUtilisation(interval=0.01) as gpu:
+        while len(gpu.samples) < 3:
+            time.sleep(0.01)
+    summary = gpu.summary()
+    assert summary["measured"] and summary["samples"] >= 3
+    assert summary["mean_percent"] == 87.0 and summary["max_memory_mib"] == 1234.0
+
+    monkeypatch.setattr(bench.GpuUtilisation, "QUERY", ["no-such-nvidia-smi"])
+    with bench.GpuUtilisation(interval=0.01) as gpu:
+        time.sleep(0.05)
+    assert gpu.summary() == {"measured": False, "why": "nvidia-smi gave no reading"}
