@@ -160,6 +160,7 @@ class TorchRates:
                 raise ValueError("stacked constraint sets must differ only in gamma")
         as_t = lambda a: torch.as_tensor(a, dtype=torch.float32, device=device)  # noqa: E731
         self.parts = as_t(cs.term_parts)
+        self.parts_t = self.parts.T  # the same view every step, taken once
         per_part = cs.term_weights.ndim == 3  # masked to each term's own parts
         self.weights = as_t(
             cs.term_parts[:, :, None] * cs.term_weights if per_part else cs.term_weights
@@ -173,7 +174,7 @@ class TorchRates:
     def sizes(self, hist: torch.Tensor, floor: float) -> torch.Tensor:
         """|B ∩ I| per term read from the histogram (..., Q, K), floored at a public constant
         so that noise can never make a denominator non-positive (post-processing only)."""
-        return (hist.sum(dim=-1) @ self.parts.T).clamp(min=floor)
+        return (hist.sum(dim=-1) @ self.parts_t).clamp(min=floor)
 
     def values(self, hist: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
         """Gamma_post_j (Eq. 12)."""
@@ -188,7 +189,7 @@ class TorchRates:
         """Q x K matrix c with
         c[q, k] = sum_j lam_j sum_{I in I_j, q in I} alpha_{j,I,(q),k} / |B∩I|:
         the regularizer of Eq. (10) for a record in part q is sum_k c[q, k] sigma_tau(z)_k."""
-        scaled = lam[..., self.owner] / sizes
+        scaled = lam.index_select(-1, self.owner) / sizes
         if self.weights.dim() == 2:
-            return self.parts.T @ (self.weights * scaled.unsqueeze(-1))
+            return self.parts_t @ (self.weights * scaled.unsqueeze(-1))
         return torch.einsum("tqk,...t->...qk", self.weights, scaled)

@@ -112,6 +112,7 @@ from fairbench.methods.engine import (
 from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
+from fairbench.models.grad_sample import one_hot
 from fairbench.models.stacked import stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
@@ -165,7 +166,7 @@ class FermiObjective:
     ) -> None:
         self.y, self.lam, self.part, self.soft, self.trained = y, lam, part, soft, trained
         self._lam = lam.unsqueeze(-1) if isinstance(lam, torch.Tensor) else lam  # (T, 1, 1)
-        own = s[..., None, None].expand(*s.shape, 1, w_rows.shape[-1])
+        own = group_index(s, w_rows)
         self.public_coef = -(w_rows**2).sum(dim=-2)  # d psi_public / dF  (..., B, l)
         # d psi_sensitive / dF: W's row of the record's own group
         self.sensitive_coef = 2 * inv_sqrt_p[..., None] * w_rows.gather(-2, own).squeeze(-2)
@@ -190,8 +191,13 @@ class FermiObjective:
         coef = self._coef()
         grad = soft * (coef - (coef * soft).sum(dim=-1, keepdim=True))
         if self.part != "sensitive":
-            grad = grad + soft - F.one_hot(self.y, logits.shape[-1]).to(logits.dtype)
+            grad = grad + soft - one_hot(self.y, logits.shape[-1], logits.dtype)
         return grad if self.trained is None else grad * self.trained
+
+
+def group_index(s: torch.Tensor, w_rows: torch.Tensor) -> torch.Tensor:
+    """The index of each record's own group's row in its W (..., B, 1, l), for `gather`."""
+    return s[..., None, None].expand(*s.shape, 1, w_rows.shape[-1])
 
 
 def w_gradients(
@@ -200,7 +206,7 @@ def w_gradients(
     """Per-sample gradients of psi_i in W (Appendix D), split into the group-free part
     -2 W diag(F_i) and the group part 2 p_s^(-1/2) e_s F_i^T; each (..., B, k, l)."""
     public = -2 * w_rows * soft[..., None, :]
-    own = s[..., None, None].expand(*s.shape, 1, w_rows.shape[-1])
+    own = group_index(s, w_rows)
     group = (2 * inv_sqrt_p[..., None] * soft).unsqueeze(-2)
     return public, torch.zeros_like(w_rows).scatter_(-2, own, group)
 
@@ -257,8 +263,9 @@ def zero_class_zero(stack) -> None:
 
 def project_rows(w: torch.Tensor, radius: float) -> torch.Tensor:
     """Each cell's W (the last two axes) projected onto the Frobenius ball of `radius`."""
-    norms = w.flatten(-2).norm(dim=-1).clamp(min=1e-12)
-    return w * (radius / norms).clamp(max=1.0)[..., None, None]
+    # torch's own kernels behind `Tensor.norm` and `radius / norms`, without their wrappers
+    norms = torch.linalg.vector_norm(w.flatten(-2), dim=-1).clamp(min=1e-12)
+    return w * (norms.reciprocal() * radius).clamp(max=1.0)[..., None, None]
 
 
 class DPFermiHparams(CalibratedHparams):
@@ -607,7 +614,7 @@ class DPFermi(Method):
             rows = data.gather(round_)
             xb, yb, sb, cb = (rows.rows(v) for v in (data.x, data.y, s, cell))
             x_sq = rows.rows(data.x_sq)
-            cells = cb + first_cell  # (T, B): each trial's own cells of W
+            cells = cb + first_cell if len(trials) > 1 else cb  # (T, B): each trial's own W
             w_rows = w.view(-1, k, l).index_select(0, cells.reshape(-1)).view(*cb.shape, k, l)
             ip = flat_p.index_select(0, (cells * k + sb).reshape(-1)).view(cb.shape)
             logits = stack.logits(xb)

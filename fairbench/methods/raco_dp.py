@@ -95,7 +95,7 @@ from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan
 from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial, check_one_free_quantity
 from fairbench.models.grad_sample import class_softmax, one_hot
-from fairbench.models.stacked import stack_models, stackable
+from fairbench.models.stacked import first, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import PLAIN, StepShape
 from fairbench.privacy.contributions import clip_factors
@@ -140,7 +140,8 @@ class RateLagrangian:
         grad = soft if self.tau == 1.0 else class_softmax(logits)
         grad = grad - one_hot(self.y, logits.shape[-1], logits.dtype)
         centred = self.coef - (self.coef * soft).sum(dim=-1, keepdim=True)
-        return grad + self.tau * soft * centred
+        tempered = soft if self.tau == 1.0 else self.tau * soft  # 1.0 * s is s, bit for bit
+        return grad + tempered * centred
 
 
 def padded_size(expected: float, alpha: float = 0.001) -> int:
@@ -425,7 +426,7 @@ class SGDA(Method):
             for t, h, p in zip(trials, stack.hparams, stack.plans, strict=True)
         ]
         rates = constraints.TorchRates(sets, dev)
-        n_parts, hard = sets[0].n_parts, hp.dual_rates == "hard"
+        n_parts, hard, tau = sets[0].n_parts, hp.dual_rates == "hard", hp.temperature
         lam = torch.zeros((len(trials), sets[0].n_constraints), device=dev)
         scales = [expected_batch(p.loop, data.n) for p in stack.plans]  # r|D|
         scale = PerTrial(scales, dev)
@@ -448,14 +449,14 @@ class SGDA(Method):
             rows = data.gather(round_)
             xb, yb, pb = rows.rows(data.x), rows.rows(data.y), rows.rows(part)
             logits = model_stack.logits(xb)
-            soft = class_softmax(hp.temperature * logits)
+            soft = class_softmax(logits if tau == 1.0 else tau * logits)  # 1.0 * z is z
             contrib = rows.masked(rate_contributions(soft, logits, hard))
             hist = laplace_histograms(histograms, contrib, pb, n_parts, rows.sizes, batches)
-            sizes = rates.sizes(hist, hp.min_count) if frozen is None else frozen[:k]
-            multipliers = lam[:k]
+            sizes = rates.sizes(hist, hp.min_count) if frozen is None else first(frozen, k)
+            multipliers = first(lam, k)
             coef = rates.coefficients(multipliers, sizes) * scale.at(k, 2)  # (k, Q, K)
             per_record = torch.gather(coef, 1, pb.unsqueeze(-1).expand(-1, -1, coef.shape[-1]))
-            loss = RateLagrangian(yb, per_record, hp.temperature, soft)
+            loss = RateLagrangian(yb, per_record, tau, soft)
             contributions = model_stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
             sums = gaussian_sums(gradient_sums, contributions, batches)
             if pads is not None:  # added after the (additive) noise: the same sum
@@ -469,13 +470,13 @@ class SGDA(Method):
             values = rates.values(hist, sizes)
             if hp.dual_update == "clipped":
                 values = values.clamp(0.0, 1.0)
-            gap = values - rates.gamma[:k]
+            gap = values - first(rates.gamma, k)
             ascended = multipliers + lr_dual.at(k, 1) * gap
             bound = cap.at(k, 1)
-            if isinstance(bound, torch.Tensor):
-                lam[:k] = ascended.clamp(min=0.0).minimum(bound)
+            if isinstance(bound, torch.Tensor):  # written into lam's first k rows
+                torch.minimum(ascended.clamp(min=0.0), bound, out=multipliers)
             else:
-                lam[:k] = ascended.clamp(0.0, bound)
+                torch.clamp(ascended, 0.0, bound, out=multipliers)
 
         def outcomes() -> list[Outcome]:
             qualified: dict[str, Any] = {}

@@ -48,7 +48,9 @@ class StackedLinear:
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """(k, B, d) -> (k, B, K): the first k trials' (all T where k = T)."""
         k = x.shape[0]
-        return torch.baddbmm(self.bias[:k].unsqueeze(1), x, self.weight[:k].transpose(1, 2))
+        return torch.baddbmm(
+            first(self.bias, k).unsqueeze(1), x, first(self.weight, k).transpose(1, 2)
+        )
 
     def contributions(self, x, loss, logits, rows, x_sq=None) -> StackedOuterProducts:
         """Each record's gradient of `loss` (whose `logit_grad` maps (T, B, K) logits to
@@ -61,8 +63,14 @@ class StackedLinear:
         """parameters -= step * sums, per trial, for the first k trials (the sums' (k, ...));
         `step` one float, or each trial's own (k,)."""
         k = sums[0].shape[0]
-        self.weight[:k].sub_(trial_axis(step, 3) * sums[0])
-        self.bias[:k].sub_(trial_axis(step, 2) * sums[1])
+        first(self.weight, k).sub_(trial_axis(step, 3) * sums[0])
+        first(self.bias, k).sub_(trial_axis(step, 2) * sums[1])
+
+
+def first(values: torch.Tensor, k: int) -> torch.Tensor:
+    """The first k trials' rows of `values` (a round's trials): `values` itself when it has
+    k rows, so a round of every trial slices nothing."""
+    return values if values.shape[0] == k else values[:k]
 
 
 def trial_axis(value: float | torch.Tensor, dims: int) -> float | torch.Tensor:

@@ -40,9 +40,8 @@ def clip_factors(norms: Array, max_norm: float | torch.Tensor) -> Array:
     factors alone."""
     if isinstance(norms, np.ndarray):
         return np.minimum(max_norm / (norms + 1e-12), 1.0)
-    if isinstance(max_norm, torch.Tensor):
-        return ((norms + 1e-12).reciprocal() * max_norm).clamp(max=1.0)
-    return (max_norm / (norms + 1e-12)).clamp(max=1.0)
+    # a float's C / norms is torch's reciprocal times C (`Tensor.__rdiv__`), written out
+    return ((norms + 1e-12).reciprocal() * max_norm).clamp(max=1.0)
 
 
 A = TypeVar("A", bound=Array)
@@ -229,7 +228,7 @@ class StackedScattered:
         return self.rows.dtype
 
     def norms(self) -> torch.Tensor:
-        return self.rows.flatten(2).norm(dim=-1)
+        return torch.linalg.vector_norm(self.rows.flatten(2), dim=-1)  # `Tensor.norm`'s kernel
 
     def weighted_sum(self, factors: torch.Tensor | None) -> list[torch.Tensor]:
         """Per trial the (n_targets, ...) sum: (T, n_targets, ...)."""

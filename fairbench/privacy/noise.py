@@ -51,7 +51,7 @@ The runner never installs an observer.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Literal, TypeVar
@@ -109,11 +109,23 @@ def _words(count: int, shape: tuple[int, ...], generator: torch.Generator) -> to
     )
 
 
-def _fine(words: torch.Tensor) -> torch.Tensor:
-    u = words[UNIFORM_WORDS - 1] + 2.0**-54
-    for i in range(UNIFORM_WORDS - 2, -1, -1):
-        u = torch.add(words[i], u, alpha=2.0**-53)
+def _fine(words: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    """The fine uniform of the first `UNIFORM_WORDS` words (a tensor's leading axis, or
+    already unbound)."""
+    if isinstance(words, torch.Tensor):
+        words = words[:UNIFORM_WORDS].unbind(0)
+    *above, u = words
+    u = u + 2.0**-54
+    for word in reversed(above):
+        u = torch.add(word, u, alpha=2.0**-53)
     return u
+
+
+def _laplace(words: torch.Tensor) -> torch.Tensor:
+    """Standard Laplace from `UNIFORM_WORDS` + 1 words: a fine uniform's -log, then a sign
+    (the words unbound in one call: a release's draw is small, each call counts)."""
+    *fine, sign = words.unbind(0)
+    return _with_signs(_fine(fine).log_().neg_(), sign)
 
 
 def _with_signs(magnitudes: torch.Tensor, word: torch.Tensor) -> torch.Tensor:
@@ -188,35 +200,38 @@ def stacked_standard_gaussian(generators: list[torch.Generator], width: int) -> 
     per-row draws are torch's, the rest is one tensor program over the stack."""
     if not host_reads_free(generators[0].device):
         return _dense_gaussian(_stacked_words(UNIFORM_WORDS + 2, generators, width))
-    z, u = (
-        torch.empty((len(generators), width), dtype=torch.float64, device=generators[0].device)
-        for _ in range(2)
-    )
-    for t, generator in enumerate(generators):
-        torch.randn((width,), generator=generator, dtype=torch.float64, out=z[t])
-        torch.rand((width,), generator=generator, dtype=torch.float64, out=u[t])
+    shape, device = (len(generators), width), generators[0].device
+    if len(generators) == 1:  # one trial: its draws straight into its (1, width) row
+        z = torch.randn(shape, generator=generators[0], dtype=torch.float64, device=device)
+        u = torch.rand(shape, generator=generators[0], dtype=torch.float64, device=device)
+    else:
+        z, u = (torch.empty(shape, dtype=torch.float64, device=device) for _ in range(2))
+        for t, generator in enumerate(generators):
+            torch.randn((width,), generator=generator, dtype=torch.float64, out=z[t])
+            torch.rand((width,), generator=generator, dtype=torch.float64, out=u[t])
     tail, beyond = u < TAIL_MASS, z.abs() > TAIL_START
-    flagged = (beyond | tail).any(dim=1)
+    flagged = beyond | tail
     if bool(flagged.any()):
-        for t in flagged.nonzero().flatten().tolist():
+        for t in flagged.any(dim=1).nonzero().flatten().tolist():
             z[t] = _rare_draws(z[t], tail[t], beyond[t], generators[t])
     return z
 
 
 def standard_laplace(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """float64 Laplace(0, 1): a sign times an exponential (-log of a fine uniform)."""
-    words = _words(UNIFORM_WORDS + 1, shape, generator)
-    return _with_signs(_fine(words).log_().neg_(), words[UNIFORM_WORDS])
+    return _laplace(_words(UNIFORM_WORDS + 1, shape, generator))
 
 
 def stacked_standard_laplace(generators: list[torch.Generator], width: int) -> torch.Tensor:
     """(T, width): row t is `standard_laplace((width,), generators[t])`, draw for draw."""
-    words = _stacked_words(UNIFORM_WORDS + 1, generators, width)
-    return _with_signs(_fine(words).log_().neg_(), words[UNIFORM_WORDS])
+    return _laplace(_stacked_words(UNIFORM_WORDS + 1, generators, width))
 
 
 def _stacked_words(count: int, generators: list[torch.Generator], width: int) -> torch.Tensor:
-    """(count, T, width): trial t's `_words(count, (width,), generators[t])` at [:, t]."""
+    """(count, T, width): trial t's `_words(count, (width,), generators[t])` at [:, t] (one
+    trial: its words, drawn as they are, with the trial axis added)."""
+    if len(generators) == 1:
+        return _words(count, (width,), generators[0]).unsqueeze(1)
     words = torch.empty(
         (len(generators), count, width), dtype=torch.float64, device=generators[0].device
     )
@@ -376,15 +391,25 @@ def stacked_noisy_sums(
             )
         ]
         return [torch.stack(parts) for parts in zip(*per_trial, strict=True)]
-    flat = torch.cat([s.reshape(n_trials, -1).double() for s in sums], dim=1)
+    # concatenated, then in float64 (exact either way), then back in the sums' one dtype and
+    # split: one conversion each way, not one per sum, and none of it for a single sum
+    flat = sums[0].reshape(n_trials, -1)
+    if len(sums) > 1:
+        flat = torch.cat([s.reshape(n_trials, -1) for s in sums], dim=1)
     draw = stacked_standard_gaussian if kind == "gaussian" else stacked_standard_laplace
     noise = draw([x.generator for x in floats], flat.shape[1])
     scales = [m * s for m, s in zip(multipliers, sensitivities, strict=True)]
     scale: float | torch.Tensor = scales[0]
     if len(set(scales)) > 1:
         scale = torch.tensor(scales, dtype=torch.float64, device=flat.device).unsqueeze(1)
-    noisy = (flat + noise.mul_(scale)).split([s[0].numel() for s in sums], 1)
-    return [piece.reshape(s.shape).to(s.dtype) for piece, s in zip(noisy, sums, strict=True)]
+    noisy = flat.double() + noise.mul_(scale)
+    dtypes = {s.dtype for s in sums}
+    if len(dtypes) == 1:
+        noisy = noisy.to(dtypes.pop())
+    if len(sums) == 1:
+        return [noisy.view(sums[0].shape).to(sums[0].dtype)]
+    pieces = noisy.split_with_sizes([s[0].numel() for s in sums], 1)
+    return [piece.reshape(s.shape).to(s.dtype) for piece, s in zip(pieces, sums, strict=True)]
 
 
 def _like(value: torch.Tensor, like: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:

@@ -510,7 +510,7 @@ def check_l1_rows(label: str, rows: torch.Tensor, checks: DeviceChecks) -> None:
     device after training (`privacy.sync`), before the trial can be stored."""
     if not rows.numel():
         return
-    too_long = rows.abs().sum(dim=-1).max().double() > 1 + L1_ROUNDING
+    longest = rows.abs().sum(dim=-1).max()
 
     def error() -> PrivacyContractError:
         return PrivacyContractError(
@@ -519,8 +519,8 @@ def check_l1_rows(label: str, rows: torch.Tensor, checks: DeviceChecks) -> None:
         )
 
     if not host_reads_free(rows.device):
-        checks.fail_if(label, too_long, error)
-    elif too_long:
+        checks.fail_if(label, longest.double() > 1 + L1_ROUNDING, error)
+    elif longest.item() > 1 + L1_ROUNDING:  # the float32 value, exactly, as a Python float
         raise error()
 
 

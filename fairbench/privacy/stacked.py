@@ -168,9 +168,10 @@ def laplace_histograms(
         )
     if first.session.private:
         check_l1_rows(first.label, rows, first.session.checks)
-    offsets = torch.arange(n_trials, device=rows.device).unsqueeze(1) * n_parts
+    if n_trials > 1:  # each trial's own parts
+        parts = parts + torch.arange(n_trials, device=rows.device).unsqueeze(1) * n_parts
     hist = torch.zeros((n_trials * n_parts, width), dtype=rows.dtype, device=rows.device)
-    hist.index_add_(0, (parts + offsets).reshape(-1), rows.reshape(-1, width))
+    hist.index_add_(0, parts.reshape(-1), rows.reshape(-1, width))
     hist = hist.view(n_trials, n_parts, width)
     sources = [m.record(b, rows.device) for m, b in zip(mechanisms, batches, strict=True)]
     if sources[0] is None:
