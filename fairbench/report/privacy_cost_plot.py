@@ -230,15 +230,23 @@ def privacy_cost_figure(
     tau on validation."""
     unreached = unreached or {}
     taus = sorted(rows["tau"].unique(), reverse=True) or [math.nan]
-    fig, axes = new_figure(1, len(taus), (4.8, 4.2), sharey=True)
+    # two panels a row: four targets in one row left each panel too narrow to read its
+    # dozen overlapping lines
+    cols = min(len(taus), 2)
+    grid_rows = math.ceil(len(taus) / cols)
+    fig, grid = new_figure(grid_rows, cols, (5.6, 4.4), sharey=True)
+    panels = [ax for row in grid for ax in row]
     eps = sorted(float(e) for e in meta["epsilons"])
-    for ax, tau in zip(axes[0], taus, strict=True):
+    for ax, tau in zip(panels, taus, strict=False):
         tau_panel(ax, rows, model, tau, plugins, eps, unreached.get(float(tau), ""))
-    axes[0][0].set_ylabel("test error (selected configuration)")
+    for ax in panels[len(taus) :]:
+        ax.set_visible(False)
+    for row in grid:
+        row[0].set_ylabel("test error (selected configuration)")
     suptitle(
         fig,
         f"{meta['title']} · {meta['constraint']} · {model}: tuned at each τ, "
         f"{meta['final_seeds']} fresh seeds (mean, 95% CI); tuning not charged to ε",
     )
-    legend_outside(fig, axes[0], mark_keys(rows[rows["model"] == model]))
+    legend_outside(fig, panels, mark_keys(rows[rows["model"] == model]))
     return finish(fig)
