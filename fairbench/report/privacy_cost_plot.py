@@ -38,7 +38,11 @@ UNSTABLE = "ringed: unstable (test exceeds validation beyond the splits' noise)"
 RING = 12  # the unstable ring's marker size, around a point of size 5 to 6
 
 
-def _dodge(i: int, n: int, spread: float = 0.12) -> float:
+DODGE = 0.12  # log-x spread of the series at one epsilon, where several epsilons share a panel
+LONE_DODGE = 0.8  # at a grid's only epsilon, which has the panel to itself
+
+
+def _dodge(i: int, n: int, spread: float = DODGE) -> float:
     """A small multiplicative x offset for the i-th of n series on a log axis."""
     return 1.0 if n < 2 else math.exp(spread * (i / (n - 1) - 0.5))
 
@@ -56,13 +60,13 @@ def _reference(
     return row, "" if row["model"] == model else f", {row['model']}"
 
 
-def _private_lines(ax, private: pd.DataFrame, plugins: dict[str, str]) -> None:
+def _private_lines(ax, private: pd.DataFrame, plugins: dict[str, str], spread: float) -> None:
     """One line per private method with its CI band; each point filled by its verdict
     (`_marks`); dashed for an accuracy reference selected on validation error alone."""
     methods = sorted(private["method"].unique())
     for i, (method, line) in enumerate(private.groupby("method", sort=True)):
         line = line.sort_values("epsilon")
-        x = line["epsilon"] * _dodge(i, len(methods))  # overlapping intervals stay readable
+        x = line["epsilon"] * _dodge(i, len(methods), spread)  # overlapping intervals readable
         look = style(plugins.get(method, method))
         free = bool((line["selection_rule"] == ERROR_ONLY).all())
         ax.fill_between(
@@ -212,7 +216,9 @@ def tau_panel(
     note naming what has no point. fig-literature draws its panels with it too."""
     here = rows[(rows["model"] == model) & (rows["tau"] == tau)]
     edge = max(eps) * 3  # where the non-private twins sit, in every panel alike
-    _private_lines(ax, here[here["epsilon"].map(math.isfinite).astype(bool)], plugins)
+    private = here[here["epsilon"].map(math.isfinite).astype(bool)]
+    # one epsilon (fig-literature's grid): spread its methods over the panel, not 12% of it
+    _private_lines(ax, private, plugins, DODGE if len(eps) > 1 else LONE_DODGE)
     _twins(ax, here, plugins, edge)
     _references(ax, rows, model, tau)
     _axes(ax, eps, edge, tau, here.empty, unreached)
