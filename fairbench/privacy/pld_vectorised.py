@@ -92,11 +92,11 @@ def _buckets(mech: AdditiveNoisePrivacyLoss, interval: float, pessimistic: bool)
     round_fn = math.ceil if pessimistic else math.floor
     tail = mech.privacy_loss_tail()
     lower_x, upper_x = tail.lower_x_truncation, tail.upper_x_truncation
-    pmf: collections.defaultdict[int, float] = collections.defaultdict(lambda: 0)
+    tail_pmf: dict[int, float] = collections.defaultdict(lambda: 0)
     infinity_mass = tail.tail_probability_mass_function.get(math.inf, 0)
     for loss, mass in tail.tail_probability_mass_function.items():
         if loss != math.inf:
-            pmf[round_fn(loss / interval)] += mass
+            tail_pmf[round_fn(loss / interval)] += mass
     r0 = math.floor(mech.privacy_loss(lower_x) / interval)
     upper_loss = mech.privacy_loss(upper_x)
     xs, rounded = [np.array([lower_x])], np.zeros(0, dtype=np.int64)
@@ -114,9 +114,12 @@ def _buckets(mech: AdditiveNoisePrivacyLoss, interval: float, pessimistic: bool)
             xs += [x, np.array([upper_x])]
         rounded = r0 - np.arange(count) + (1 if round_fn is math.ceil else 0)
     cdf = mech.mu_upper_cdf(np.concatenate(xs))
-    for value, mass in zip(rounded.tolist(), cdf[1:] - cdf[:-1], strict=True):
-        pmf[value] += mass
-    return pld_pmf.create_pmf(dict(pmf), interval, infinity_mass, pessimistic_estimate=pessimistic)
+    # dp-accounting adds each bucket's mass to the tail's (the loop's buckets are distinct):
+    # the same sums, in the same key order, without a Python += per bucket
+    buckets = dict(zip(rounded.tolist(), (cdf[1:] - cdf[:-1]).tolist(), strict=True))
+    pmf = {k: m + buckets.pop(k) if k in buckets else m for k, m in tail_pmf.items()}
+    pmf.update(buckets)
+    return pld_pmf.create_pmf(pmf, interval, infinity_mass, pessimistic_estimate=pessimistic)
 
 
 def delta_for_epsilon(mech: AdditiveNoisePrivacyLoss, epsilons: np.ndarray) -> np.ndarray:
