@@ -55,8 +55,10 @@ bench: install
 
 # The full Adult demographic-parity figure (all methods, 3 epsilons, 10 seeds) timed from
 # scratch in a temporary directory, with each method's share: writes fig-adult-dp_time.json.
+# DEVICE=cuda: its trials on the GPU (up to 256 a stack), with the GPU's utilisation, into
+# table-step-time/cuda/.
 bench-figure: install
-	$(BIN)/fairbench bench --figure fig-adult-dp --out results/figures/table-step-time $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/fairbench bench --figure fig-adult-dp --out results/figures/table-step-time$(if $(DEVICE),/$(DEVICE)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(DEVICE),--device $(DEVICE))
 
 # Canary audits (fairbench audit): a white-box adversary sees every gradient release of 10
 # runs with 1000 canaries each. DP-SGD, RaCO-DP, DP-FERMI and CGOO at claimed epsilon 1, each
