@@ -82,21 +82,21 @@ def _pmf(mech: AdditiveNoisePrivacyLoss, interval: float, pessimistic: bool) -> 
         lower = math.floor(bounds.epsilon_lower / interval)
         deltas = delta_for_epsilon(mech, np.arange(lower, upper + 1) * interval)
         return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(interval, lower, upper, deltas)
-    return _buckets(mech, interval, pessimistic)
+    return _buckets(mech, interval)
 
 
-def _buckets(mech: AdditiveNoisePrivacyLoss, interval: float, pessimistic: bool):
-    """The privacy-buckets branch: the loss values interval * r, r = r0, r0 - 1, ... are
-    inverted while they exceed the loss at the upper truncation and the inverse stays below
-    it (dp-accounting's while loop, all at once)."""
-    round_fn = math.ceil if pessimistic else math.floor
+def _buckets(mech: AdditiveNoisePrivacyLoss, interval: float):
+    """The privacy-buckets branch, which the suite takes for optimistic estimates only (losses
+    rounded down): the loss values interval * r, r = r0, r0 - 1, ... are inverted while they
+    exceed the loss at the upper truncation and the inverse stays below it (dp-accounting's
+    while loop, all at once)."""
     tail = mech.privacy_loss_tail()
     lower_x, upper_x = tail.lower_x_truncation, tail.upper_x_truncation
     tail_pmf: dict[int, float] = collections.defaultdict(lambda: 0)
     infinity_mass = tail.tail_probability_mass_function.get(math.inf, 0)
     for loss, mass in tail.tail_probability_mass_function.items():
         if loss != math.inf:
-            tail_pmf[round_fn(loss / interval)] += mass
+            tail_pmf[math.floor(loss / interval)] += mass
     r0 = math.floor(mech.privacy_loss(lower_x) / interval)
     upper_loss = mech.privacy_loss(upper_x)
     xs, rounded = [np.array([lower_x])], np.zeros(0, dtype=np.int64)
@@ -112,21 +112,21 @@ def _buckets(mech: AdditiveNoisePrivacyLoss, interval: float, pessimistic: bool)
         else:  # then on the first loss at or below the upper truncation's
             count = inverted.size + 1
             xs += [x, np.array([upper_x])]
-        rounded = r0 - np.arange(count) + (1 if round_fn is math.ceil else 0)
+        rounded = r0 - np.arange(count)  # floor(r + 0.5) of the loop's r
     cdf = mech.mu_upper_cdf(np.concatenate(xs))
     # dp-accounting adds each bucket's mass to the tail's (the loop's buckets are distinct):
     # the same sums, in the same key order, without a Python += per bucket
     buckets = dict(zip(rounded.tolist(), (cdf[1:] - cdf[:-1]).tolist(), strict=True))
     pmf = {k: m + buckets.pop(k) if k in buckets else m for k, m in tail_pmf.items()}
     pmf.update(buckets)
-    return pld_pmf.create_pmf(pmf, interval, infinity_mass, pessimistic_estimate=pessimistic)
+    return pld_pmf.create_pmf(pmf, interval, infinity_mass, pessimistic_estimate=False)
 
 
 def delta_for_epsilon(mech: AdditiveNoisePrivacyLoss, epsilons: np.ndarray) -> np.ndarray:
     """`mech.get_delta_for_epsilon(epsilons)` for an array, its inverses vectorised."""
     q = mech.sampling_prob
     deltas = np.zeros_like(epsilons, dtype=float)
-    if q == 1.0 or mech.adjacency_type == AdjacencyType.REPLACE:
+    if q == 1.0:
         inverse = np.full_like(epsilons, True, dtype=bool)
     elif mech.adjacency_type == AdjacencyType.ADD:
         inverse = epsilons < -math.log1p(-q)
