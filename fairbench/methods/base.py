@@ -145,6 +145,12 @@ class Method(ABC):
         one configuration and plan."""
         raise NotImplementedError(f"method {self.name} declares no mixed hyperparameters")
 
+    def stack_shape(self, plan: Plan) -> Any:
+        """What of a plan, beyond the hyper-parameters outside `mixed`, must be equal for
+        trials to share a `stack_program` (a method whose step differs in kind with the
+        knob, such as a release made only when it is positive); None: nothing more."""
+        return None
+
     def stackable(self) -> bool:
         """Whether trials of this method whose plans are equal (these hyperparameters, one
         budget, any seeds and knob values) train as one stacked program."""

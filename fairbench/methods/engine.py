@@ -327,14 +327,13 @@ class Stack:
 
 def stack_key(method: Method, plan: Plan, index: int) -> str:
     """Equal for trials that may share one program: a method that stacks, and its hyper-
-    parameters but its `mixed` keys (the plans may then differ), or the whole plan for a
-    method that declares none; `index` keeps any other trial alone."""
+    parameters but its `mixed` keys and its `stack_shape` (the plans may then differ), or the
+    whole plan for a method that declares none; `index` keeps any other trial alone."""
     if not method.stackable():
         return f"alone {index}"
     shared = {k: v for k, v in method.hparams.model_dump().items() if k not in method.mixed}
-    return json.dumps(
-        [method.name, shared, None if method.mixed else plan.key], sort_keys=True, default=repr
-    )
+    of_plan = method.stack_shape(plan) if method.mixed else plan.key
+    return json.dumps([method.name, shared, of_plan], sort_keys=True, default=repr)
 
 
 def fit_trials(method: Method, trials: list[Trial]) -> list[Fitted]:

@@ -113,6 +113,11 @@ def rate_contributions(soft: torch.Tensor, logits: torch.Tensor, hard: bool) -> 
     return soft
 
 
+def unit(temperature: float | torch.Tensor) -> bool:
+    """A temperature of 1 for every trial (one float): softmax(z), not softmax(1.0 z)."""
+    return isinstance(temperature, float) and temperature == 1.0
+
+
 class RateLagrangian:
     """Per-sample Lagrangian of Eq. (10), multiplied by r|D|:
     CE(z_i, y_i) + sum_k c_ik sigma_tau(z_i)_k, where c_i is the row of the coefficient matrix
@@ -122,10 +127,11 @@ class RateLagrangian:
         self,
         y: torch.Tensor,
         coef: torch.Tensor,
-        temperature: float,
+        temperature: float | torch.Tensor,
         soft: torch.Tensor | None = None,
     ) -> None:
-        """`soft`: softmax(temperature * logits) at the current parameters, if already known."""
+        """`temperature`: one, or each trial's (T, 1, 1); `soft`: softmax(temperature *
+        logits) at the current parameters, if already known."""
         self.y, self.coef, self.tau, self.soft = y, coef, temperature, soft
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
@@ -136,11 +142,12 @@ class RateLagrangian:
 
     def logit_grad(self, logits: torch.Tensor) -> torch.Tensor:
         """softmax(z) − onehot(y) + tau · s ⊙ (c − <c, s>), with s = softmax(tau z)."""
+        one = unit(self.tau)
         soft = class_softmax(self.tau * logits) if self.soft is None else self.soft
-        grad = soft if self.tau == 1.0 else class_softmax(logits)
+        grad = soft if one else class_softmax(logits)
         grad = grad - one_hot(self.y, logits.shape[-1], logits.dtype)
         centred = self.coef - (self.coef * soft).sum(dim=-1, keepdim=True)
-        tempered = soft if self.tau == 1.0 else self.tau * soft  # 1.0 * s is s, bit for bit
+        tempered = soft if one else self.tau * soft  # 1.0 * s is s, bit for bit
         return grad + tempered * centred
 
 
@@ -196,7 +203,7 @@ def outside_coefficients(
 def padding_sum(
     bias: torch.Tensor,
     coef: torch.Tensor,
-    temperature: float,
+    temperature: float | torch.Tensor,
     clip: float | torch.Tensor,
     count: torch.Tensor,
 ) -> torch.Tensor:
@@ -343,7 +350,9 @@ class SGDA(Method):
     )
     Hparams: ClassVar[type[SGDAHparams]] = SGDAHparams
     hparams: SGDAHparams
-    mixed = frozenset({"lr", "batch_size", "epochs", "lr_dual", "lambda_max", "clip_norm"})
+    mixed = frozenset(
+        {"lr", "batch_size", "epochs", "lr_dual", "lambda_max", "clip_norm", "temperature"}
+    )
 
     def schedule(self, n: int, target: PrivacyBudget | None) -> Schedule:
         """Sampling rate and steps from `epochs`, no noise."""
@@ -410,7 +419,7 @@ class SGDA(Method):
 
     def stack_program(self, stack: Stack) -> TrainingProgram:
         """Each trial at its own step sizes (primal lr / (r|D|), dual), cap, clip, noise
-        multiplier, Laplace scale and knob (`mixed`)."""
+        multiplier, Laplace scale, temperature and knob (`mixed`)."""
         trials, hp, dev = stack.trials, self.hparams, stack.trials[0].session.device
         sets = [self._constraints(t.fairness, t.task) for t in trials]
         data = StackedData.of(trials)
@@ -426,7 +435,8 @@ class SGDA(Method):
             for t, h, p in zip(trials, stack.hparams, stack.plans, strict=True)
         ]
         rates = constraints.TorchRates(sets, dev)
-        n_parts, hard, tau = sets[0].n_parts, hp.dual_rates == "hard", hp.temperature
+        n_parts, hard = sets[0].n_parts, hp.dual_rates == "hard"
+        temperature = stack.values(lambda h, p: h.temperature)
         lam = torch.zeros((len(trials), sets[0].n_constraints), device=dev)
         scales = [expected_batch(p.loop, data.n) for p in stack.plans]  # r|D|
         scale = PerTrial(scales, dev)
@@ -449,7 +459,8 @@ class SGDA(Method):
             rows = data.gather(round_)
             xb, yb, pb = rows.rows(data.x), rows.rows(data.y), rows.rows(part)
             logits = model_stack.logits(xb)
-            soft = class_softmax(logits if tau == 1.0 else tau * logits)  # 1.0 * z is z
+            tau = temperature.at(k, 2)
+            soft = class_softmax(logits if unit(tau) else tau * logits)  # 1.0 * z is z
             contrib = rows.masked(rate_contributions(soft, logits, hard))
             hist = laplace_histograms(histograms, contrib, pb, n_parts, rows.sizes, batches)
             sizes = rates.sizes(hist, hp.min_count) if frozen is None else first(frozen, k)
@@ -463,7 +474,7 @@ class SGDA(Method):
                 outside = outside_coefficients(rates, multipliers, sizes) * scale.at(k, 1)
                 count = torch.tensor(pads[:k], device=dev) - real_rows(rows)
                 bias = padding_sum(
-                    model_stack.bias[:k], outside, hp.temperature, clip.at(k, 1), count
+                    model_stack.bias[:k], outside, temperature.at(k, 1), clip.at(k, 1), count
                 )
                 sums = [sums[0], sums[1] + bias]
             model_stack.descend(sums, step_size.at(k))
@@ -525,7 +536,7 @@ class RaCODP(SGDA):
     )
     Hparams = RaCODPHparams
     hparams: RaCODPHparams
-    mixed = SGDA.mixed | {"noise_multiplier", "laplace_scale", "max_steps"}
+    mixed = SGDA.mixed | {"noise_multiplier", "laplace_scale", "max_steps", "calibrate"}
 
     def schedule(self, n: int, privacy: PrivacyBudget | None) -> Schedule:
         """The budget covers the frozen count release too, when there is one."""

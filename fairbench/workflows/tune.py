@@ -72,7 +72,7 @@ from fairbench.workflows.spaces import resolve_space
 
 KNOB = "knob"
 CHOOSE = "choose"  # a space's alternative sub-spaces, one drawn per configuration
-DEFAULT = "default"  # a space's always-included configuration, draw 0
+DEFAULT = "default"  # a space's always-included configurations, draws 0, 1, ...
 NOT_CHARGED = "tuning not charged"
 SCORE_SHARE = 0.5  # default share of a private candidate's privacy budget spent on its noisy score
 SUPPORT = 16  # default configurations per method a private selection draws its candidates from
@@ -84,7 +84,7 @@ class MethodSpace(_Strict):
     label: str | None = None
     hparams: dict[str, Any] = Field(default_factory=dict)  # fixed, not searched
     # name -> a list (uniform choice), {log: [lo, hi]} or {uniform: [lo, hi]}; `knob` is the
-    # method's fairness knob; `choose:` alternative sub-spaces, `default:` draw 0 (see
+    # method's fairness knob; `choose:` alternative sub-spaces, `default:` the first draws (see
     # `sample_configurations`). Or named spaces (workflows.spaces): `raco-dp`, `[raco-dp, ...]`
     space: dict[str, Any] = Field(default_factory=dict)
     # an accuracy reference (ERM; DP-SGD, the private one): selected on validation error alone,
@@ -114,13 +114,25 @@ class MethodSpace(_Strict):
                 if shared:
                     raise ValueError(f"{where}: {shared[0]} is also in the space outside {CHOOSE}")
         default = value.get(DEFAULT)
-        if DEFAULT in value and not (
-            isinstance(default, dict)
-            and default
-            and all(not isinstance(v, dict | list) for v in default.values())
+        listed = default if isinstance(default, list) and default else [default]
+        if DEFAULT in value and not all(
+            isinstance(one, dict)
+            and one
+            and all(not isinstance(v, dict | list) for v in one.values())
+            for one in listed
         ):
-            raise ValueError(f"space.{DEFAULT}: give a mapping of hyper-parameter -> one value")
+            raise ValueError(
+                f"space.{DEFAULT}: give a mapping of hyper-parameter -> one value, or a list "
+                "of them"
+            )
         return value
+
+    def defaults(self) -> list[dict[str, Any]]:
+        """The always-included configurations, in draw order (`default:`: one or a list)."""
+        default = self.space.get(DEFAULT)
+        if default is None:
+            return []
+        return [dict(one) for one in (default if isinstance(default, list) else [default])]
 
     def subspaces(self) -> list[dict[str, Any]]:
         """The space as its alternatives, each merged with the keys outside `choose:` (one
@@ -255,22 +267,26 @@ def check_space(entry: MethodSpace) -> None:
     of range, a combination its validators rule out)."""
     cls = method_class(entry.name)
     subspaces = entry.subspaces()
-    default = entry.space.get(DEFAULT)
+    defaults = entry.defaults()
     searched = any(KNOB in sub for sub in subspaces)
-    if searched or (default and KNOB in default):
+    fixed = [one[KNOB] for one in defaults if KNOB in one]
+    if searched or fixed:
         if cls.knob is None:
             raise ConfigError(f"method {entry.name} has no fairness knob to search")
         values = [v for sub in subspaces if KNOB in sub for v in _ends(sub[KNOB])]
-        for value in values + ([default[KNOB]] if default and KNOB in default else []):
+        for value in values + fixed:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"method {entry.name}: space.knob holds numbers, got {value!r}")
             try:
                 cls.knob.validate(value, method=entry.name)
             except ConfigError as exc:
                 raise ConfigError(f"space.knob: {exc}") from None
-    if default and searched and KNOB not in default:
+    if searched and len(fixed) < len(defaults):
         raise ConfigError(f"method {entry.name}: space.{DEFAULT} needs a knob value (`knob:`)")
-    corners = {f"space.{DEFAULT}": default} if default else {}
+    corners = {
+        f"space.{DEFAULT}" + (f".{i}" if len(defaults) > 1 else ""): one
+        for i, one in enumerate(defaults)
+    }
     for i, sub in enumerate(subspaces):
         where = f"space.{CHOOSE}.{i}" if CHOOSE in entry.space else "space"
         corners[f"{where} (lower ends)"] = {k: _ends(d)[0] for k, d in sub.items()}
@@ -295,23 +311,22 @@ def sample_configurations(
     under `knob`), drawn by one seeded generator per method, so adding a method never changes
     another's draws.
 
-    Draw 0 is the space's `default:` where it has one (the paper's configuration, always a
-    candidate); every other draw is random: its alternative first (one of `choose:`'s
-    sub-spaces, uniformly; none drawn without `choose:`), then each hyper-parameter of that
-    sub-space in name order. Each draw takes the generator where the one before left it, so
+    The first draws are the space's `default:` configurations where it has them (the paper's
+    configuration, and fairbench's own hand-set one: always candidates); every other draw is
+    random: its alternative first (one of `choose:`'s sub-spaces, uniformly; none drawn
+    without `choose:`), then each hyper-parameter of that sub-space in name order. Each draw takes the generator where the one before left it, so
     a longer draw starts with the shorter one: raising `draws` (budgets 4, 8, 16 of one
     search) appends configurations and keeps the earlier ones, and a resumed or extended tune
     finds its finished trials under the same labels (`method#i`). A space without `default:`
     and `choose:` draws exactly what it drew before they existed. The draws depend on `seed`
-    (a different `seed` moves the random draws, never the default), not on the search seeds:
-    every configuration, the default included, is fitted on each search seed at each epsilon
+    (a different `seed` moves the random draws, never the defaults), not on the search seeds:
+    every configuration, the defaults included, is fitted on each search seed at each epsilon
     and selected on its mean over them."""
     out = {}
     for index, entry in enumerate(config.methods):
         rng = np.random.default_rng([config.seed, index])
         total = config.draws if count is None else count
-        default = entry.space.get(DEFAULT)
-        head = [dict(default)] if default else []
+        head = entry.defaults()
         subspaces = entry.subspaces()
         drawn = [_configuration(subspaces, rng) for _ in range(total - len(head))]
         out[entry.label or entry.name] = (head + drawn)[:total]

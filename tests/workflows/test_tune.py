@@ -7,10 +7,12 @@ import pytest
 import yaml
 
 from fairbench.errors import ConfigError
+from fairbench.methods import get_method, method_class
 from fairbench.report.aggregate import trials_frame
 from fairbench.rundir.store import finished_rows
 from fairbench.rundir.tuning import TuneLayout, read_table
 from fairbench.runner.config import expand, parse_config
+from fairbench.workflows.spaces import named_spaces
 from fairbench.workflows.tune import TuneConfig, load_tune_config, sample_configurations
 
 BASE = {
@@ -96,6 +98,20 @@ def test_the_default_is_draw_zero_and_choose_draws_a_key_only_under_its_alternat
     assert other[0] == draws[0] and other[1:] != draws[1:]
 
 
+def test_a_list_of_defaults_are_the_first_draws_and_shift_the_random_ones():
+    """The paper's and fairbench's own configurations both always candidates: draws 0 and 1,
+    the random draws after them the same sequence as with one default."""
+    suite = {"calibrate": "steps", "noise_multiplier": 4.0, "lr": 0.5, "knob": 0.05}
+    one = TuneConfig.model_validate({**BASE, "draws": 6, "methods": [CHOICE]})
+    two_spaces = {**CHOICE["space"], "default": [CHOICE["space"]["default"], suite]}
+    two = TuneConfig.model_validate(
+        {**one.model_dump(), "methods": [{**CHOICE, "space": two_spaces}]}
+    )
+    single, double = sample_configurations(one)["raco-dp"], sample_configurations(two)["raco-dp"]
+    assert double[:2] == [CHOICE["space"]["default"], suite]
+    assert double[2:] == single[1:5]
+
+
 def test_more_draws_keep_the_earlier_ones_so_budgets_4_8_16_are_nested():
     config = TuneConfig.model_validate({**BASE, "methods": [CHOICE, BASE["methods"][0]]})
     by_budget = {n: sample_configurations(config, n) for n in (4, 8, 16)}
@@ -107,7 +123,8 @@ def test_more_draws_keep_the_earlier_ones_so_budgets_4_8_16_are_nested():
 
 def test_a_bundled_space_starts_with_its_papers_configuration():
     """privacy-cost-parkinsons' RaCO-DP search: draw 0 is the in-region configuration of the
-    parity run (issue 40), and steps calibration is drawn beside noise calibration."""
+    parity run (issue 40), draw 1 fairbench's own default (the method's defaults at gamma
+    0.05), and steps calibration is drawn beside noise calibration."""
     config = load_tune_config("privacy-cost-parkinsons")
     draws = sample_configurations(config)["raco-dp"]
     assert len(draws) == 16 and draws[0] == {
@@ -122,10 +139,31 @@ def test_a_bundled_space_starts_with_its_papers_configuration():
         "clip_norm": 3.0,
         "knob": 0.02,
     }
-    assert {d["calibrate"] for d in draws[1:]} == {"steps", "noise"}
-    steps = [d for d in draws if d["calibrate"] == "steps"]
+    suite = get_method("raco-dp").hparams.model_dump()
+    assert {k: v for k, v in draws[1].items() if k != "knob"}.items() <= suite.items()
+    assert draws[1]["knob"] == method_class("raco-dp").knob.typical
+    assert {d["calibrate"] for d in draws[2:]} == {"steps", "noise"}
+    steps = [d for d in draws[2:] if d["calibrate"] == "steps"]
     assert all(2.0 <= d["laplace_scale"] <= 10.0 and d["max_steps"] == 5000 for d in steps)
     assert max(d["batch_size"] for d in draws) >= 512
+
+
+SPACES_WITH_SUITE = sorted(
+    name for name, space in named_spaces().items() if isinstance(space.get("default"), list)
+)
+
+
+@pytest.mark.parametrize("name", SPACES_WITH_SUITE)
+def test_a_spaces_second_default_is_fairbenchs_own_hand_set_configuration(name):
+    """Where a space lists two defaults, the second is the method's own defaults (the untuned
+    figures' point) at its knob's typical value, and differs from the paper's first."""
+    method = name.removesuffix("-sensitive-attribute")
+    paper, suite = named_spaces()[name]["default"]
+    own = get_method(method).hparams.model_dump()
+    assert {k: v for k, v in suite.items() if k != "knob"}.items() <= own.items()
+    knob = method_class(method).knob
+    assert suite.get("knob") == (None if knob is None else knob.typical)
+    assert suite != paper
 
 
 # issue 39's methods: (config, label) -> the paper's (the authors' code's) configuration
@@ -176,7 +214,7 @@ def test_issue_39s_spaces_start_with_their_papers_configuration(config, label):
     draws = sample_configurations(tune)[label]
     assert len(draws) == 16 and draws[0] == ISSUE_39[(config, label)]
     (entry,) = [m for m in tune.methods if (m.label or m.name) == label]
-    for drawn in draws[1:]:
+    for drawn in draws[len(entry.defaults()) :]:
         assert set(drawn) <= set(entry.space) - {"default"}
     assert entry.unconstrained == (label in ("dpsgd-f", "dpsgd-global-adapt"))
 
@@ -213,6 +251,31 @@ def test_decoupled_post_is_in_every_demographic_parity_privacy_cost_config():
         (
             {"methods": [{**CHOICE, "space": {**CHOICE["space"], "default": {"lr": 0.1}}}]},
             r"space.default needs a knob value",
+        ),
+        (
+            {
+                "methods": [
+                    {
+                        **CHOICE,
+                        "space": {**CHOICE["space"], "default": [{"lr": 0.1, "knob": 0.05}, 3]},
+                    }
+                ]
+            },
+            r"space.default: give a mapping of hyper-parameter -> one value, or a list",
+        ),
+        (
+            {
+                "methods": [
+                    {
+                        **CHOICE,
+                        "space": {
+                            **CHOICE["space"],
+                            "default": [{"knob": 0.05}, {"knob": 0.05, "temperature": 0.0}],
+                        },
+                    }
+                ]
+            },
+            r"space.default.1: method raco-dp: hyperparameter 'temperature'",
         ),
         (
             {
