@@ -41,7 +41,9 @@ calibrated by the suite's accountant (`calibrate: noise` solves sigma, `steps` t
 lambda = 0 is DP-SGD itself: `dp-sgd`'s plan and program with these hyperparameters (its
 release under `dp_sgd.LABEL`, hence the same noise stream, schedule and update; no histogram
 and no counts), so parameters equal `dp-sgd`'s bit for bit for the same seed. lambda = 0 and
-lambda > 0 plan different schedules, so they train in separate stacks (as dp-fermi's).
+lambda > 0 run steps of different kinds, so they train in separate stacks (`stack_shape`).
+A tune's draws stack across configurations (`mixed`: step size, batch size, epochs, clip,
+noise, Laplace scales, penalty weights), each trial at its own values.
 
 Gradients of the regulariser. Logistic regression (stacked: seeds x lambda as one program):
 every term depends on theta only through the logits z = W x + b, so each record's gradient
@@ -71,6 +73,7 @@ from fairbench.methods.dp_sgd import DPSGD
 from fairbench.methods.engine import (
     Gathered,
     Outcome,
+    Stack,
     StackedData,
     TrainingProgram,
     calibrated,
@@ -81,7 +84,7 @@ from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan
 from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.models.grad_sample import class_softmax, one_hot
-from fairbench.models.stacked import OneTrial, StackedLinear, stack_models, stackable
+from fairbench.models.stacked import OneTrial, StackedLinear, first, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.contributions import Rows, StackedOuterProducts
@@ -100,6 +103,7 @@ HISTOGRAM = "dp-erm-mitigation: Laplace group sums of (u, c, 1)"
 COUNTS = "dp-erm-mitigation: Laplace group counts"
 WIDTH = 3  # histogram columns (u / C_u, c, 1), each row divided by WIDTH: l1 norm <= 1
 TINY = 1e-12
+WEIGHTS = ("gradient_weight", "curvature_weight")  # gamma1 / lambda, gamma2 / lambda
 
 
 class Regularised:
@@ -232,6 +236,20 @@ class DPERMMitigation(Method):
     reconstructed = "no paper or code found: regulariser and its privatisation from secondary notes"
     Hparams = DPERMMitigationHparams
     hparams: DPERMMitigationHparams
+    mixed = frozenset(
+        {
+            "lr",
+            "batch_size",
+            "epochs",
+            "clip_norm",
+            "calibrate",
+            "noise_multiplier",
+            "max_steps",
+            "histogram_scale",
+            "count_scale",
+            *WEIGHTS,
+        }
+    )
 
     def _dp_sgd(self) -> DPSGD:
         """lambda = 0: dp-sgd with these hyperparameters (its schedule, release, label, noise
@@ -269,11 +287,20 @@ class DPERMMitigation(Method):
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
+    def stack_shape(self, plan: Plan) -> bool:
+        """Whether lambda > 0: the regularised step and its releases, or dp-sgd's."""
+        return "histogram_scale" in plan.info
+
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
         """lambda = 0: dp-sgd's program. lambda > 0: each trial's group counts (one release),
         then per round the regularised gradients and the group sums. The trials' lambdas are
-        all 0 or all > 0 (their plans are equal)."""
-        hp = self.hparams
+        all 0 or all > 0 (`stack_shape`); each trial reads its own step size, clip, noise,
+        Laplace scales and penalty weights (`mixed`)."""
+        trials = stack.trials
         lams = [t.fairness.knob_value for t in trials]
 
         def outcomes(reports: list[dict]) -> list[Outcome]:
@@ -281,72 +308,84 @@ class DPERMMitigation(Method):
                 Outcome(
                     {
                         "lambda": lam,
-                        "gamma1": lam * hp.gradient_weight,
-                        "gamma2": lam * hp.curvature_weight,
+                        "gamma1": lam * h.gradient_weight,
+                        "gamma2": lam * h.curvature_weight,
                         **report,
                     }
                 )
-                for lam, report in zip(lams, reports, strict=True)
+                for lam, h, report in zip(lams, stack.hparams, reports, strict=True)
             ]
 
         if lams[0] == 0:
-            twin = self._dp_sgd().program(trials, plan)
+            twins = [m._dp_sgd() for m in stack.methods]
+            twin = twins[0].stack_program(Stack(twins, trials, stack.plans))
             return TrainingProgram(twin.models, twin.step, lambda: outcomes([{} for _ in trials]))
+        hp = self.hparams
         models = init_models(hp, trials)
         functional = not stackable(hp.model)  # no opacus hooks under torch.func
-        stack = FunctionalModel(models[0]) if functional else stack_models(models)
+        model_stack = FunctionalModel(models[0]) if functional else stack_models(models)
         data = StackedData.of(trials)
         group = data.per_record(lambda task: task.train.s, torch.int64)
         n_groups = trials[0].task.n_groups
         counts = torch.stack(
             [
-                self._counts(trial.session, data.trial_rows(group, t), n_groups)
-                for t, trial in enumerate(trials)
+                self._counts(trial.session, data.trial_rows(group, t), n_groups, h.count_scale)
+                for t, (trial, h) in enumerate(zip(trials, stack.hparams, strict=True))
             ]
         )
-        step, report = self._step(trials, stack, data, group, counts, lams, plan.schedule)
+        step, report = self._step(stack, model_stack, data, group, counts, lams)
         return TrainingProgram(models, step, lambda: outcomes(report()))
 
-    def _counts(self, session: PrivacySession, groups: torch.Tensor, n_groups: int):
+    def _counts(self, session: PrivacySession, groups: torch.Tensor, n_groups: int, scale: float):
         """n_a: one Laplace release of the group sizes, floored at `min_count` (G,)."""
         ones = torch.ones((len(groups), 1), device=groups.device)
-        noisy = session.laplace_histogram(COUNTS, self.hparams.count_scale)(ones, groups, n_groups)
+        noisy = session.laplace_histogram(COUNTS, scale)(ones, groups, n_groups)
         return noisy.squeeze(1).clamp(min=self.hparams.min_count)
 
-    def _step(self, trials, stack, data, group, counts, lams, schedule):
-        """Each round: gradients with the previous signs, the noisy histogram, new signs."""
-        hp, dev = self.hparams, data.device
+    def _step(self, stack, model_stack, data, group, counts, lams):
+        """Each round (its k trials): gradients with the previous signs, the noisy
+        histogram, new signs."""
+        hp, dev, trials = self.hparams, data.device, stack.trials
         n_trials, n_groups = len(trials), counts.shape[1]
         sums = [
-            t.session.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier)
-            for t in trials
+            t.session.gaussian_sum(GRADIENT, h.clip_norm, p.loop.noise_multiplier)
+            for t, h, p in zip(trials, stack.hparams, stack.plans, strict=True)
         ]
-        histograms = [t.session.laplace_histogram(HISTOGRAM, hp.histogram_scale) for t in trials]
+        histograms = [
+            t.session.laplace_histogram(HISTOGRAM, h.histogram_scale)
+            for t, h in zip(trials, stack.hparams, strict=True)
+        ]
         lam = torch.tensor(lams, dtype=torch.float32, device=dev).unsqueeze(1)  # (T, 1)
-        gammas = torch.stack([lam * hp.gradient_weight, lam * hp.curvature_weight])  # (2, T, 1)
+        weights = [stack.values(lambda h, p, w=w: getattr(h, w)) for w in WEIGHTS]
+        gammas = torch.stack([lam * w.at(n_trials, 1) for w in weights])  # (2, T, 1)
         share = (counts.sum(dim=1, keepdim=True) / counts).to(torch.float32)  # n / n_a (T, G)
         signs = torch.zeros((2, n_trials, n_groups), device=dev)  # (u, c) x trials x groups
         average = torch.zeros((n_trials, n_groups, WIDTH), device=dev)  # of the noisy sums
         unscale = torch.tensor([WIDTH * hp.norm_clip, WIDTH, WIDTH], device=dev)
-        step_size = hp.lr / expected_batch(schedule, data.n)
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
 
         def step(round_: StackedBatches) -> None:
             nonlocal signs, average
+            k = len(round_.batches)
             rows = data.gather(round_)
             xb, yb, ab = rows.rows(data.x), rows.rows(data.y), rows.rows(group)
-            # sum_a gamma s_a (n 1[a_i = a] / n_a - 1), for u and for c: (2, T, B)
-            per_group = gammas * (signs * share - signs.sum(dim=-1, keepdim=True))
+            # sum_a gamma s_a (n 1[a_i = a] / n_a - 1), for u and for c: (2, k, B)
+            own = signs if k == n_trials else signs[:, :k]
+            per_group = gammas[:, :k] * (own * first(share, k) - own.sum(dim=-1, keepdim=True))
             coef = per_group.gather(2, ab.unsqueeze(0).expand(2, -1, -1))
-            u, c, contributions = self._terms(stack, xb, yb, rows, coef, data)
+            u, c, contributions = self._terms(model_stack, xb, yb, rows, coef, data)
             ones = torch.ones_like(u)
             cells = rows.masked(torch.stack([u / hp.norm_clip, c, ones], dim=-1) / WIDTH)
             hist = (
                 laplace_histograms(histograms, cells, ab, n_groups, rows.sizes, round_.batches)
                 * unscale
             )
-            stack.descend(gaussian_sums(sums, contributions, round_.batches), step_size)
-            average = hp.sign_momentum * average + (1 - hp.sign_momentum) * hist
-            signs = gap_signs(average, hp.min_count)
+            model_stack.descend(gaussian_sums(sums, contributions, round_.batches), step_size.at(k))
+            moved = hp.sign_momentum * first(average, k) + (1 - hp.sign_momentum) * hist
+            if k == n_trials:
+                average, signs = moved, gap_signs(moved, hp.min_count)
+            else:
+                average[:k], signs[:, :k] = moved, gap_signs(moved, hp.min_count)
 
         def report() -> list[dict]:
             return [

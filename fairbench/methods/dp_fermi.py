@@ -44,12 +44,13 @@ Privacy notions (`privacy_notion`, recorded in every row):
   row's notion then reads "sensitive-attribute (paper analysis)", its `target_accounting` is
   `paper-analysis`, and its `epsilon_spent` is still the suite's true epsilon (larger).
 
-Stacked trials (logistic models): trials whose plans are equal train as one tensor program
+Stacked trials (logistic models): trials train as one tensor program
 (`fairbench.methods.engine`), each with its own W, marginals (its own count release), Poisson
-batches and noise. lambda = 0 and lambda > 0 release different things per step, so they plan
-different schedules, and under `iterate: random` each drawn step count plans its own ledger:
-a stack splits into one program per plan. An MLP trains one trial at a time through the same
-code.
+batches and noise, and each at its own step sizes, batch size, epochs, clips, noise, W
+diameter and count noise (`mixed`: a tune's draws run as one program; the trials whose plans
+run fewer rounds stop early, their theta and W kept). lambda = 0 and lambda > 0 release
+different things per step, so they never share a program (`stack_shape`); nor do shuffled
+batches of different round counts. An MLP trains one trial at a time through the same code.
 
 The authors' public code departs from the paper; by default this plugin does not follow it
 (per-sample clipping, Poisson batches, calibrated noise, delta from the config, the full
@@ -101,6 +102,7 @@ from fairbench.errors import ConfigError
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
+    Stack,
     StackedData,
     TrainingProgram,
     calibrated,
@@ -113,7 +115,7 @@ from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.models.grad_sample import one_hot
-from fairbench.models.stacked import stack_models, stackable
+from fairbench.models.stacked import first, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, epsilon
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.contributions import StackedScattered
@@ -404,6 +406,22 @@ class DPFermi(Method):
     )
     Hparams = DPFermiHparams
     hparams: DPFermiHparams
+    # read per trial by the step or only through its plan (`stack_program`)
+    mixed = frozenset(
+        {
+            "lr",
+            "lr_w",
+            "batch_size",
+            "epochs",
+            "clip_norm",
+            "clip_norm_w",
+            "w_diameter",
+            "noise_multiplier",
+            "max_steps",
+            "marginal_noise",
+            "rho",
+        }
+    )
 
     @property
     def sensitive(self) -> bool:
@@ -449,8 +467,8 @@ class DPFermi(Method):
         the sensitive-attribute notion theta's carries nothing group-dependent when lambda =
         0), and the counts once. With `iterate: random` only the steps up to the drawn iterate
         are run and planned (the draw, from the trial's stream "iterate", is independent of
-        the data; the noise stays calibrated for all the steps). lambda = 0 and lambda > 0,
-        and each drawn iterate, plan differently: they run in separate stacks. The parity
+        the data; the noise stays calibrated for all the steps: a stack stops the trial there).
+        lambda = 0 and lambda > 0 plan different releases: separate stacks. The parity
         switches (module docstring) change the schedule and the ledger only when set."""
         hp, lam = self.hparams, fairness.knob_value
         for name in ("ermi", "logits"):
@@ -555,36 +573,62 @@ class DPFermi(Method):
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
+    def stack_shape(self, plan: Plan) -> tuple[int, ...]:
+        """The releases per step (W's ascent and the count release run only when lambda > 0;
+        theta's release is skipped under the sensitive notion when lambda = 0) and the cells
+        of W: trials that differ in these run different steps, never one program. W's own
+        noise multiplier (the closed form's) needs no split: each trial's release reads its
+        plan's. Shuffled batches add the round count: the engine draws each stretch of rounds
+        afresh, and a fresh shuffled draw starts a new permutation mid-epoch."""
+        shape = (plan.info["releases_per_step"], plan.details["cells"])
+        return shape if plan.loop.shuffle is None else (*shape, plan.loop_rounds)
+
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
         """Each trial's marginals (its count release), then per round every trial's update on
         its own batch: noisy descent on theta, noisy projected ascent on W (not when lambda =
-        0). The trials' lambdas are all 0 or all > 0 (their plans are equal)."""
-        hp, dev, schedule = self.hparams, trials[0].session.device, plan.loop
+        0), each at its own step sizes, clips, noise multipliers and W radius (`mixed`). The
+        trials' lambdas are all 0 or all > 0 (`stack_shape`)."""
+        hp, trials, dev = self.hparams, stack.trials, stack.trials[0].session.device
         lams = [t.fairness.knob_value for t in trials]
         positive, sensitive = lams[0] > 0, self.sensitive
         models = init_models(hp, trials)
-        stack = stack_models(models)
+        model_stack = stack_models(models)
         data = StackedData.of(trials)
         s = data.per_record(lambda task: task.train.s, torch.int64)
         task = trials[0].task
-        n_cells, k, l = plan.details["cells"], task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
+        n_cells, k, l = stack.plan.details["cells"], task.n_groups, task.n_classes  # noqa: E741 (the paper's l)
         rates = constraints.group_rates(trials[0].fairness.constraint, l, k)
         cell, part = rates.cells(data.y), rates.parts(data.y, s)  # each record's (cell, group)
-        event = self._count_event(lams[0])
         marginals = [
-            self._marginals(t.session, data.trial_rows(part, i), (n_cells, k), event)
-            for i, t in enumerate(trials)
+            self._marginals(
+                t.session, data.trial_rows(part, i), (n_cells, k), m._count_event(lams[i])
+            )
+            for i, (m, t) in enumerate(zip(stack.methods, trials, strict=True))
         ]
         inv_sqrt_p = torch.stack([p.rsqrt().to(dev, torch.float32) for p in marginals])
         if hp.parity_unaccounted:  # the release that makes each trial's epsilon inf
             for t in trials:
                 t.session.unaccounted(UNACCOUNTED)
-        sigma = schedule.noise_multiplier
-        sigma_w = plan.details.get("w_noise_multiplier", sigma)
-        radius, scale = hp.w_diameter / 2, expected_batch(schedule, data.n)
-        clip_theta, clip_w = hp.clips(scale)
-        theta_sums = [t.session.gaussian_sum(THETA, clip_theta, sigma) for t in trials]
-        w_sums = [t.session.gaussian_sum(W_LABEL, clip_w, sigma_w) for t in trials]
+        scales = [expected_batch(p.loop, data.n) for p in stack.plans]
+        clips = [h.clips(x) for h, x in zip(stack.hparams, scales, strict=True)]
+        sigmas = [p.loop.noise_multiplier for p in stack.plans]
+        sigmas_w = [
+            p.details.get("w_noise_multiplier", p.loop.noise_multiplier) for p in stack.plans
+        ]
+        theta_sums = [
+            t.session.gaussian_sum(THETA, c[0], x)
+            for t, c, x in zip(trials, clips, sigmas, strict=True)
+        ]
+        w_sums = [
+            t.session.gaussian_sum(W_LABEL, c[1], x)
+            for t, c, x in zip(trials, clips, sigmas_w, strict=True)
+        ]
+        radius = stack.values(lambda h, p: h.w_diameter / 2)
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
         w = torch.zeros((len(trials), n_cells, k, l), device=dev)
         if hp.switched("w_init"):  # each trial's own stream: public randomness
             for i, t in enumerate(trials):
@@ -600,10 +644,12 @@ class DPFermi(Method):
         positive_logit = None
         if hp.switched("logits"):
             positive_logit = torch.tensor([0.0, 1.0], device=dev)
-            zero_class_zero(stack)
+            zero_class_zero(model_stack)
         lam = torch.tensor(lams, dtype=torch.float32, device=dev).unsqueeze(1)  # (T, 1)
         ascent = torch.tensor(
-            [hp.lr_w * x / scale for x in lams], dtype=torch.float32, device=dev
+            [h.lr_w * x / scale for h, x, scale in zip(stack.hparams, lams, scales, strict=True)],
+            dtype=torch.float32,
+            device=dev,
         ).view(-1, 1, 1, 1)
         first_cell = torch.arange(len(trials), device=dev).unsqueeze(1) * n_cells
         flat_p = inv_sqrt_p.reshape(-1)
@@ -611,32 +657,35 @@ class DPFermi(Method):
         def step(round_: StackedBatches) -> None:
             nonlocal w
             batches = round_.batches
+            active = len(batches)  # the round's trials: the first `active`
+            lam_r = first(lam, active)
             rows = data.gather(round_)
             xb, yb, sb, cb = (rows.rows(v) for v in (data.x, data.y, s, cell))
             x_sq = rows.rows(data.x_sq)
-            cells = cb + first_cell if len(trials) > 1 else cb  # (T, B): each trial's own W
+            # (k, B): each trial's own W's rows and p's entries (trial t's at offset t n_cells)
+            cells = cb + first(first_cell, active) if len(trials) > 1 else cb
             w_rows = w.view(-1, k, l).index_select(0, cells.reshape(-1)).view(*cb.shape, k, l)
             ip = flat_p.index_select(0, (cells * k + sb).reshape(-1)).view(cb.shape)
-            logits = stack.logits(xb)
+            logits = model_stack.logits(xb)
             soft = torch.softmax(logits, dim=-1)  # once for theta's and W's gradients
 
             def contributions(part: Part):
-                objective = FermiObjective(yb, sb, w_rows, ip, lam, part, soft, positive_logit)
-                return stack.contributions(xb, objective, logits, rows, x_sq)
+                objective = FermiObjective(yb, sb, w_rows, ip, lam_r, part, soft, positive_logit)
+                return model_stack.contributions(xb, objective, logits, rows, x_sq)
 
             if sensitive:  # the group-free part is public: exact; the group term is noised
                 grads = exact_sums(contributions("public"))
                 if positive:
                     noisy = gaussian_sums(theta_sums, contributions("sensitive"), batches)
                     grads = [
-                        g + lam.view(-1, *[1] * (h.dim() - 1)) * h
+                        g + lam_r.view(-1, *[1] * (h.dim() - 1)) * h
                         for g, h in zip(grads, noisy, strict=True)
                     ]
             else:
                 grads = gaussian_sums(theta_sums, contributions("all"), batches)
-            stack.descend(grads, hp.lr / scale)
+            model_stack.descend(grads, step_size.at(active))
             if positive_logit is not None:
-                zero_class_zero(stack)
+                zero_class_zero(model_stack)
             if not positive:
                 return
             public_w, group_w = w_gradients(soft, sb, w_rows, ip)
@@ -653,7 +702,11 @@ class DPFermi(Method):
                 total = gaussian_sums(w_sums, scattered(public_w + group_w), batches)[0]
             if only is not None:  # the other entries' noise is discarded
                 total = total * only
-            w = project_rows(w + ascent * total, radius)
+            ascended = first(w, active) + first(ascent, active) * total
+            if active == len(trials):
+                w = project_rows(ascended, radius.at(active, 1))
+            else:  # the trials whose rounds are done keep their W
+                w[:active] = project_rows(ascended, radius.at(active, 1))
 
         def outcomes() -> list[Outcome]:
             paper = hp.sensitive_accounting == "paper"

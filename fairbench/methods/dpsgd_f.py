@@ -39,6 +39,10 @@ Departures from the authors' code (what runs follows the suite, DESIGN.md):
 - The count vector is noised through the session (their `torch.normal` draws are unseeded
   by the trial); the gradient noise is the session's too.
 - Models: their MLP is 256x256 tanh; here the suite's `logistic` or `mlp` (one hidden layer).
+
+Stacked trials (logistic models): trials of any seeds and of different step sizes, batch
+sizes, epochs, C0, count and gradient noise (`mixed`: a tune's draws) run as one program,
+each at its own values (`fairbench.methods.engine`); a trial whose rounds are done stops.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from pydantic import Field
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
+    PerTrial,
+    Stack,
     StackedData,
     TrainingProgram,
     calibrated,
@@ -61,7 +67,7 @@ from fairbench.methods.plan import DataShape, Plan
 from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.metrics import VIOLATIONS
 from fairbench.models.grad_sample import CrossEntropy
-from fairbench.models.stacked import OneTrial, stack_models, stackable
+from fairbench.models.stacked import OneTrial, first, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.contributions import scaled
@@ -108,15 +114,37 @@ def per_trial(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return values.to(like.dtype).view(-1, *[1] * (like.dim() - 1))
 
 
-def count_cells(group: torch.Tensor, norms: torch.Tensor, base_clip: float) -> torch.Tensor:
+def doubles(values: PerTrial, device: torch.device) -> float | torch.Tensor:
+    """`values` for float64 arithmetic: the float where all trials share it, else (T,)
+    float64 (a float32 value would round what a trial alone computes with the float)."""
+    if values.tensor is None:
+        return values.values[0]
+    return torch.tensor(values.values, dtype=torch.float64, device=device)
+
+
+def leading(values: float | torch.Tensor, k: int) -> float | torch.Tensor:
+    """The first k trials' values (T,) (a round's trials); a float as it is."""
+    return first(values, k) if isinstance(values, torch.Tensor) else values
+
+
+def column(values: float | torch.Tensor, k: int) -> float | torch.Tensor:
+    """The first k trials' values (T,) as a (k, 1) column; a float as it is."""
+    values = leading(values, k)
+    return values.unsqueeze(1) if isinstance(values, torch.Tensor) else values
+
+
+def count_cells(
+    group: torch.Tensor, norms: torch.Tensor, base_clip: float | torch.Tensor
+) -> torch.Tensor:
     """Each record's one cell of the count vector: 2k if its gradient is within C0, 2k + 1 if
-    C0 would clip it (k: its group)."""
+    C0 would clip it (k: its group). `base_clip` a float or (T, 1) float32."""
     return 2 * group + (norms > base_clip).long()
 
 
-def group_bounds(noisy: torch.Tensor, base_clip: float) -> torch.Tensor:
+def group_bounds(noisy: torch.Tensor, base_clip: float | torch.Tensor) -> torch.Tensor:
     """(T, K) bounds C_k from the noisy (T, 2K) counts (cell 2k: unclipped in group k, 2k + 1:
-    clipped), by the authors' rule (module docstring, step 2)."""
+    clipped), by the authors' rule (module docstring, step 2). `base_clip` a float or (T, 1)
+    float64."""
     counts = noisy.clamp(min=0).floor()
     unclipped, clipped = counts[:, 0::2], counts[:, 1::2]
     total = clipped + unclipped
@@ -140,6 +168,18 @@ class DPSGDF(Method):
     target_metric = ACCURACY_COST
     Hparams = DPSGDFHparams
     hparams: DPSGDFHparams
+    mixed = frozenset(
+        {
+            "lr",
+            "batch_size",
+            "epochs",
+            "base_clip",
+            "count_noise_multiplier",
+            "noise_multiplier",
+            "max_steps",
+            "calibrate",
+        }
+    )
 
     def plan(
         self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
@@ -158,37 +198,54 @@ class DPSGDF(Method):
         return stackable(self.hparams.model, self.hparams.grad_engine)
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        hp, sigma = self.hparams, plan.loop.noise_multiplier
-        n_groups = trials[0].task.n_groups
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
+        """Each trial at its own step size, base clip C0, count noise and gradient noise; a
+        round of k trials reads and updates the first k trials' state only."""
+        trials, hp = stack.trials, self.hparams
+        n_groups, device = trials[0].task.n_groups, trials[0].session.device
         models = init_models(hp, trials)
-        stack = stack_models(models, hp.grad_engine)
+        model_stack = stack_models(models, hp.grad_engine)
         data = StackedData.of(trials)
         groups = data.per_record(lambda task: task.train.s, torch.int64)
-        counters = [t.session.gaussian_counts(COUNTS, hp.count_noise_multiplier) for t in trials]
-        sums = [t.session.gaussian_sum(GRADIENT, 1.0, sigma) for t in trials]
-        step_size = hp.lr / expected_batch(plan.loop, data.n)
-        bound_total = torch.zeros((len(trials), n_groups), dtype=torch.float64, device=data.device)
+        counters = [
+            t.session.gaussian_counts(COUNTS, h.count_noise_multiplier)
+            for t, h in zip(trials, stack.hparams, strict=True)
+        ]
+        sums = [
+            t.session.gaussian_sum(GRADIENT, 1.0, p.loop.noise_multiplier)
+            for t, p in zip(trials, stack.plans, strict=True)
+        ]
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
+        base_clip = stack.values(lambda h, p: h.base_clip)  # compared with float32 norms
+        base_clip64 = doubles(base_clip, device)  # scales the float64 bounds
+        rounds = doubles(stack.values(lambda h, p: p.loop_rounds), device)
+        bound_total = torch.zeros((len(trials), n_groups), dtype=torch.float64, device=device)
 
         def step(round_):
-            nonlocal bound_total
+            k = len(round_.batches)
             batch = data.gather(round_)
-            logits = stack.logits(batch.x)
-            grads = stack.contributions(batch.x, CrossEntropy(batch.y), logits, batch, batch.x_sq)
+            logits = model_stack.logits(batch.x)
+            grads = model_stack.contributions(
+                batch.x, CrossEntropy(batch.y), logits, batch, batch.x_sq
+            )
             norms = record_norms(grads)
             group = batch.rows(groups)
             real = torch.ones_like(group, dtype=torch.bool) if batch.mask is None else batch.mask
-            cells = count_cells(group, norms, hp.base_clip)
-            noisy = gaussian_counts(counters, cells, real, 2 * n_groups, round_.batches)
-            bounds = group_bounds(noisy, hp.base_clip)  # (T, K)
+            cells = count_cells(group, norms, base_clip.at(k, 1))
+            noisy = gaussian_counts(counters[:k], cells, real, 2 * n_groups, round_.batches)
+            bounds = group_bounds(noisy, column(base_clip64, k))  # (k, K)
             largest = bounds.max(dim=-1).values
-            bound_total = bound_total + bounds
+            first(bound_total, k).add_(bounds)
             own = bounds.gather(1, group).to(norms.dtype)
             factors = (own / (norms + 1e-12)).clamp(max=1.0) / per_trial(largest, norms)
             noisy_sums = gaussian_sums(sums, rescaled(grads, factors), round_.batches)
-            stack.descend([s * per_trial(largest, s) for s in noisy_sums], step_size)
+            model_stack.descend([s * per_trial(largest, s) for s in noisy_sums], step_size.at(k))
 
         def outcomes() -> list[Outcome]:
-            mean = (bound_total / plan.loop_rounds).cpu().tolist()
+            mean = (bound_total / column(rounds, len(trials))).cpu().tolist()
             return [Outcome({"mean_group_clip": row}) for row in mean]
 
         return TrainingProgram(models, step, outcomes)

@@ -32,6 +32,11 @@ Departures from the authors' code (what runs follows the suite, DESIGN.md):
   by the realised batch size, which is not (it depends on whether a record was sampled).
 - Noise is drawn by the session, not by unseeded `torch.normal`.
 - Models: their MLP is 256x256 tanh; here the suite's `logistic` or `mlp` (one hidden layer).
+
+Stacked trials (logistic models): trials of any seeds and of different step sizes, batch
+sizes, epochs, C, bound settings (Z_0, lr_Z, threshold), count and gradient noise (`mixed`:
+a tune's draws) run as one program, each with its own bound Z (`fairbench.methods.engine`);
+a trial whose rounds are done stops.
 """
 
 from __future__ import annotations
@@ -42,9 +47,17 @@ import torch
 from pydantic import Field
 
 from fairbench.methods.base import Method
-from fairbench.methods.dpsgd_f import ACCURACY_COST, per_trial, record_norms, rescaled
+from fairbench.methods.dpsgd_f import (
+    ACCURACY_COST,
+    doubles,
+    leading,
+    per_trial,
+    record_norms,
+    rescaled,
+)
 from fairbench.methods.engine import (
     Outcome,
+    Stack,
     StackedData,
     TrainingProgram,
     calibrated,
@@ -55,7 +68,7 @@ from fairbench.methods.plan import DataShape, Plan
 from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.metrics import VIOLATIONS
 from fairbench.models.grad_sample import CrossEntropy
-from fairbench.models.stacked import stack_models, stackable
+from fairbench.models.stacked import first, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.stacked import gaussian_counts, gaussian_sums
@@ -80,11 +93,16 @@ class GlobalAdaptHparams(CalibratedHparams):
     )
 
 
-def global_factors(norms: torch.Tensor, clip: float, bound: torch.Tensor) -> torch.Tensor:
+def global_factors(
+    norms: torch.Tensor, clip: float | torch.Tensor, bound: torch.Tensor
+) -> torch.Tensor:
     """(T, B) factors f_i: C / Z where min(1, C / ||g_i||) >= C / Z (||g_i|| <= Z when
-    Z >= C), else min(1, C / ||g_i||) (module docstring, step 1). `bound` (T,)."""
-    clipped = (clip / (norms + 1e-12)).clamp(max=1.0)
-    scale = (clip / bound).to(norms.dtype).unsqueeze(-1).expand_as(norms)
+    Z >= C), else min(1, C / ||g_i||) (module docstring, step 1). `bound` (T,); `clip` a
+    float or each trial's (T,) float64. A reciprocal times C: what `C / tensor` computes for
+    a float C, so a trial's factors are the same in a stack of several clips."""
+    own = clip.to(norms.dtype).unsqueeze(-1) if isinstance(clip, torch.Tensor) else clip
+    clipped = ((norms + 1e-12).reciprocal() * own).clamp(max=1.0)
+    scale = (bound.reciprocal() * clip).to(norms.dtype).unsqueeze(-1).expand_as(norms)
     return torch.where(clipped >= scale, scale, clipped)
 
 
@@ -104,6 +122,21 @@ class DPSGDGlobalAdapt(Method):
     target_metric = ACCURACY_COST
     Hparams = GlobalAdaptHparams
     hparams: GlobalAdaptHparams
+    mixed = frozenset(
+        {
+            "lr",
+            "batch_size",
+            "epochs",
+            "clip_norm",
+            "initial_bound",
+            "count_noise_multiplier",
+            "lr_bound",
+            "threshold",
+            "noise_multiplier",
+            "max_steps",
+            "calibrate",
+        }
+    )
 
     def plan(
         self, shape: DataShape, target: PrivacyBudget | None, fairness: FairnessSpec, seed: int = 0
@@ -127,33 +160,52 @@ class DPSGDGlobalAdapt(Method):
         return stackable(self.hparams.model, self.hparams.grad_engine)
 
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        hp, sigma = self.hparams, plan.loop.noise_multiplier
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
+        """Each trial at its own step size, clip, bound (start, step, threshold) and noises;
+        a round of k trials reads and updates the first k trials' bounds only."""
+        trials, hp, device = stack.trials, self.hparams, stack.trials[0].session.device
         models = init_models(hp, trials)
-        stack = stack_models(models, hp.grad_engine)
+        model_stack = stack_models(models, hp.grad_engine)
         data = StackedData.of(trials)
-        counters = [t.session.gaussian_counts(COUNTS, hp.count_noise_multiplier) for t in trials]
-        sums = [t.session.gaussian_sum(GRADIENT, hp.clip_norm, sigma) for t in trials]
-        scale = expected_batch(plan.loop, data.n)
-        step_size = hp.lr / scale
-        bound = torch.full(
-            (len(trials),), hp.initial_bound, dtype=torch.float64, device=data.device
+        counters = [
+            t.session.gaussian_counts(COUNTS, h.count_noise_multiplier)
+            for t, h in zip(trials, stack.hparams, strict=True)
+        ]
+        sums = [
+            t.session.gaussian_sum(GRADIENT, h.clip_norm, p.loop.noise_multiplier)
+            for t, h, p in zip(trials, stack.hparams, stack.plans, strict=True)
+        ]
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
+        threshold = stack.values(lambda h, p: h.threshold)
+        # the bound's arithmetic is float64: these stay doubles
+        scale = doubles(stack.values(lambda h, p: expected_batch(p.loop, data.n)), device)
+        clip = doubles(stack.values(lambda h, p: h.clip_norm), device)
+        lr_bound = doubles(stack.values(lambda h, p: h.lr_bound), device)
+        bound = torch.tensor(
+            [h.initial_bound for h in stack.hparams], dtype=torch.float64, device=device
         )
 
         def step(round_):
-            nonlocal bound
+            k = len(round_.batches)
+            own = first(bound, k)
             batch = data.gather(round_)
-            logits = stack.logits(batch.x)
-            grads = stack.contributions(batch.x, CrossEntropy(batch.y), logits, batch, batch.x_sq)
+            logits = model_stack.logits(batch.x)
+            grads = model_stack.contributions(
+                batch.x, CrossEntropy(batch.y), logits, batch, batch.x_sq
+            )
             norms = record_norms(grads)
-            above = norms > hp.threshold * per_trial(bound, norms)
+            above = norms > threshold.at(k, 1) * per_trial(own, norms)
             if batch.mask is not None:
                 above = above & batch.mask
             cells = torch.zeros_like(above, dtype=torch.int64)
-            count = gaussian_counts(counters, cells, above, 1, round_.batches)[:, 0]
-            factors = global_factors(norms, hp.clip_norm, bound)
+            count = gaussian_counts(counters[:k], cells, above, 1, round_.batches)[:, 0]
+            factors = global_factors(norms, leading(clip, k), own)
             noisy_sums = gaussian_sums(sums, rescaled(grads, factors), round_.batches)
-            stack.descend(noisy_sums, step_size)
-            bound = bound * torch.exp(count / scale - hp.lr_bound)
+            model_stack.descend(noisy_sums, step_size.at(k))
+            own.mul_(torch.exp(count / leading(scale, k) - leading(lr_bound, k)))
 
         def outcomes() -> list[Outcome]:
             finals = bound.cpu().tolist()

@@ -64,10 +64,14 @@ Privacy notions (`privacy_notion`, in every row):
   for dp-fermi). The Laplace releases get twice the noise (a substitution moves one count out
   of a cell and into another).
 
-Stacked trials (`program`, logistic models): trials that differ in seed and gamma play
-their games side by side, each with its own counts, multipliers, tables, batches and noise;
-the game's moves are tensor programs over the trial axis on the device, and the learner's
-steps run as one stacked program. An MLP trains one trial at a time through the same code.
+Stacked trials (`stack_program`, logistic models): trials that differ in seed, gamma and
+the `mixed` hyper-parameters (a tune's draws: step size, batch size, epochs, T, B, eta0,
+clip, auditor share or scale, mixture) play their games side by side, each with its own
+counts, multipliers, tables, batches and noise; the game's moves are tensor programs over
+the trial axis on the device, and the learner's steps run as one stacked program. Where the
+game rounds differ in length, each trial responds and is audited at its own rounds' ends.
+Trials of different constraints play different games, so never share one (`stack_shape`).
+An MLP trains one trial at a time through the same code.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ from fairbench.methods.base import Method
 from fairbench.methods.cgoo import WeightedCrossEntropy, component
 from fairbench.methods.engine import (
     Outcome,
+    Stack,
     StackedData,
     TrainingProgram,
     exact_sums,
@@ -100,11 +105,10 @@ from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.methods.trial import FairnessSpec, TrainingHparams, Trial
 from fairbench.models.grad_sample import one_hot
-from fairbench.models.stacked import stack_models, stackable
+from fairbench.models.stacked import first, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger, calibrate_noise_multiplier, epsilon
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
-from fairbench.privacy.session import PrivacySession
 from fairbench.privacy.stacked import StackedBatches, gaussian_sums
 
 COUNTS = "jagielski-oracle: Laplace (group, label) counts"
@@ -200,7 +204,9 @@ class Difference:
 class Game:
     """T trials' games on the device. `respond()` turns each trial's multipliers into its
     Learner's weight and target tables; `audit()` releases each trial's histogram of its
-    current h_t and takes the EG step. Neither reads a value on the host."""
+    current h_t and takes the EG step. Neither reads a value on the host. Trials whose game
+    rounds are of different lengths (a stack of several configurations) move apart: each
+    call then names the trials that move."""
 
     def __init__(
         self,
@@ -208,17 +214,19 @@ class Game:
         counts: torch.Tensor,
         bounds: torch.Tensor,
         gammas: torch.Tensor,
-        eta0: float,
+        eta0: float | torch.Tensor,
         release: Callable[[int], torch.Tensor],
     ) -> None:
         self.events = rates.on(counts.device)
         self.counts, self.release = counts, release
         self.bounds, self.gammas = bounds.view(-1, 1, 1, 1), gammas.view(-1, 1, 1, 1)
-        self.eta = eta0 / self.bounds
+        # a reciprocal times eta0: what `eta0 / tensor` computes for a float eta0
+        self.eta = self.bounds.reciprocal() * eta0
         n_trials, groups = counts.shape[:2]
         self.theta = torch.zeros((n_trials, 2, rates.n_events, groups), device=counts.device)
-        self.errors: list[torch.Tensor] = []  # per round: each trial's h_t's noisy error
-        self.values: list[torch.Tensor] = []  # and its noisy constraint values
+        # per trial, per round: its h_t's noisy error and its noisy constraint values
+        self.errors: list[list[torch.Tensor]] = [[] for _ in range(n_trials)]
+        self.values: list[list[torch.Tensor]] = [[] for _ in range(n_trials)]
         self.lam = self.multipliers()
         self.weights, self.targets, self.public = learner_costs(counts, self.lam, self.events)
 
@@ -227,27 +235,51 @@ class Game:
         e = self.theta.exp()
         return self.bounds * e / (1 + e.sum(dim=(1, 2, 3), keepdim=True))
 
-    def respond(self) -> None:
-        self.lam = self.multipliers()
-        weights, targets, public = learner_costs(self.counts, self.lam, self.events)
+    def respond(self, moving: torch.Tensor | None = None) -> None:
+        """Every trial's tables, or (`moving`, (T,) bool) those of the trials beginning a
+        round; the others keep theirs (and their multipliers, which an audit since their
+        last response would otherwise move)."""
+        lam = self.multipliers()
+        weights, targets, public = learner_costs(self.counts, lam, self.events)
+        if moving is not None:
+            lam = torch.where(moving.view(-1, 1, 1, 1), lam, self.lam)
+            weights = torch.where(moving.view(-1, 1, 1), weights, self.weights)
+            targets = torch.where(moving.view(-1, 1, 1), targets, self.targets)
+            public = torch.where(moving, public, self.public)
+        self.lam = lam
         self.weights.copy_(weights)
         self.targets.copy_(targets)
         self.public.copy_(public)
 
-    def audit(self) -> None:
-        hist = torch.stack([self.release(t) for t in range(len(self.theta))])  # (T, g, y, yhat)
-        gamma = violations(hist[..., 1], self.counts, self.events)
-        self.theta = self.theta + self.eta * (gamma - self.gammas)
+    def audit(self, moving: list[int] | None = None) -> None:
+        """Every trial's release and EG step, or those of the trials `moving` (ending a
+        round)."""
+        trials = range(len(self.theta)) if moving is None else moving
+        hist = torch.stack([self.release(t) for t in trials])  # (T, g, y, yhat)
+        index = None if moving is None else torch.tensor(moving, device=self.theta.device)
+
+        def of(values: torch.Tensor) -> torch.Tensor:
+            return values if index is None else values[index]
+
+        counts = of(self.counts)
+        gamma = violations(hist[..., 1], counts, self.events)
+        theta = of(self.theta) + of(self.eta) * (gamma - of(self.gammas))
+        if index is None:
+            self.theta = theta
+        else:
+            self.theta[index] = theta
         wrong = hist[:, :, 0, 1] + hist[:, :, 1, 0]  # false positives, false negatives
-        self.errors.append(wrong.sum(dim=1) / self.counts.sum(dim=(1, 2)))
-        self.values.append(gamma.flatten(1))
+        errors, values = wrong.sum(dim=1) / counts.sum(dim=(1, 2)), gamma.flatten(1)
+        for row, t in enumerate(trials):
+            self.errors[t].append(errors[row])
+            self.values[t].append(values[row])
 
     def lp_weights(self, t: int) -> list[float]:
         """Trial t's mixture weights from fairlearn's linear program over its components'
         noisy errors and constraint values (`solve_linprog`): min Q.err + B xi subject to
         Q.(gamma_j - bound) <= xi for every constraint j, Q in the simplex, xi >= 0."""
-        errors = torch.stack([e[t] for e in self.errors]).double().cpu().numpy()
-        gammas = torch.stack([v[t] for v in self.values]).double().cpu().numpy()
+        errors = torch.stack(self.errors[t]).double().cpu().numpy()
+        gammas = torch.stack(self.values[t]).double().cpu().numpy()
         bound, excess = float(self.bounds[t]), gammas.T - float(self.gammas[t])
         rounds, constraints = len(errors), len(excess)
         result = linprog(
@@ -289,6 +321,20 @@ class JagielskiOracle(Method):
     )
     Hparams = JagielskiOracleHparams
     hparams: JagielskiOracleHparams
+    mixed = frozenset(
+        {
+            "lr",
+            "batch_size",
+            "epochs",
+            "iterations",
+            "bound",
+            "eta0",
+            "clip_norm",
+            "auditor_share",
+            "auditor_scale",
+            "mixture",
+        }
+    )
 
     @property
     def sensitive(self) -> bool:
@@ -357,26 +403,39 @@ class JagielskiOracle(Method):
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
+    def stack_shape(self, plan: Plan) -> str:
+        """The constraint: trials of different constraints play different games."""
+        return plan.details["constraint"]
+
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        """Each trial's counts released and its game set up; then each round of the game is
-        `inner_steps` rounds of the loop: the Learner's best response to the multipliers at
-        its first, the learner's steps (stacked across the trials), and at its last each
-        trial's h_t kept as a component and audited. Each trial's outcome is its mixture."""
-        hp, dev = self.hparams, trials[0].session.device
-        inner, scale = plan.info["inner_steps"], plan.info["laplace_scale"]
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
+        """Each trial's counts released and its game set up; then each round of its game is
+        its `inner_steps` rounds of the loop: the Learner's best response to the multipliers
+        at its first, the learner's steps (stacked across the trials, each at its own step
+        size, clip and noise), and at its last the trial's h_t kept as a component and
+        audited. Trials whose game rounds differ in length move apart (`Game`). Each trial's
+        outcome is its mixture."""
+        trials, hp, dev = stack.trials, self.hparams, stack.trials[0].session.device
+        inner = [p.info["inner_steps"] for p in stack.plans]
+        scales = [p.info["laplace_scale"] for p in stack.plans]
         data = StackedData.of(trials)
         n, k = data.n, trials[0].task.n_groups
         sessions = [t.session for t in trials]
         cell = data.per_record(lambda task: task.train.s * 2 + task.train.y, torch.int64)
         ones = torch.ones((n, 1), device=dev)
         counts = []
-        for t, session in enumerate(sessions):
+        for t, (session, scale) in enumerate(zip(sessions, scales, strict=True)):
             released = session.laplace_histogram(COUNTS, scale)(
                 ones, data.trial_rows(cell, t), 2 * k
             )
             counts.append(released.view(k, 2).clamp(min=1.0))  # a public floor
         models = init_models(hp, trials)
-        auditors = [s.laplace_histogram(AUDITOR, scale) for s in sessions]
+        auditors = [
+            s.laplace_histogram(AUDITOR, scale) for s, scale in zip(sessions, scales, strict=True)
+        ]
 
         @torch.no_grad()
         def release(t: int) -> torch.Tensor:
@@ -386,29 +445,47 @@ class JagielskiOracle(Method):
             return hist.view(k, 2, 2)
 
         gammas = [t.fairness.knob_value for t in trials]
-        bounds = torch.tensor([hp.bound or 1 / g for g in gammas], device=dev)
+        bounds = torch.tensor(
+            [h.bound or 1 / g for h, g in zip(stack.hparams, gammas, strict=True)], device=dev
+        )
         game = Game(
-            constraints.group_rates(plan.details["constraint"], 2, k),
+            constraints.group_rates(stack.plan.details["constraint"], 2, k),
             torch.stack(counts),
             bounds,
             torch.tensor(gammas, device=dev),
-            hp.eta0,
+            stack.values(lambda h, p: h.eta0).at(len(trials), 3),
             release,
         )
-        learn = self._learner(models, data, cell, game, plan.loop, sessions)
+        learn = self._learner(stack, models, data, cell, game)
         mixtures: list[list[nn.Module]] = [[] for _ in trials]
+        masks: dict[tuple[int, ...], torch.Tensor] = {}
         done = 0
+
+        def moving(active: int) -> list[int]:
+            """The round's trials (the first `active`) at a boundary of their game's rounds."""
+            return [t for t in range(active) if done % inner[t] == 0]
 
         def step(round_: StackedBatches) -> None:
             nonlocal done
-            if done % inner == 0:  # a round of the game begins: the Learner responds
+            active = len(round_.batches)
+            beginning = moving(active)  # a round of their game begins: the Learner responds
+            if len(beginning) == len(trials):
                 game.respond()
+            elif beginning:
+                key = tuple(beginning)
+                if key not in masks:
+                    mask = torch.zeros(len(trials), dtype=torch.bool)
+                    masks[key] = mask.index_fill_(0, torch.tensor(key), True).to(dev)
+                game.respond(masks[key])
             learn(round_)
             done += 1
-            if done % inner == 0:  # it ends: h_t is a component, and the auditor moves
-                for mixture, model in zip(mixtures, models, strict=True):
-                    mixture.append(component(model))
+            ending = moving(active)  # it ends: h_t is a component, and the auditor moves
+            for t in ending:
+                mixtures[t].append(component(models[t]))
+            if len(ending) == len(trials):
                 game.audit()
+            elif ending:
+                game.audit(ending)
 
         def outcomes() -> list[Outcome]:
             return [
@@ -420,53 +497,61 @@ class JagielskiOracle(Method):
                         "counts": game.counts[t].tolist(),
                     },
                     components=mixture,
-                    weights=game.lp_weights(t) if hp.mixture == "lp" else None,
+                    weights=game.lp_weights(t) if h.mixture == "lp" else None,
                 )
-                for t, (trial, mixture) in enumerate(zip(trials, mixtures, strict=True))
+                for t, (trial, h, mixture) in enumerate(
+                    zip(trials, stack.hparams, mixtures, strict=True)
+                )
             ]
 
         return TrainingProgram(models, step, outcomes)
 
     def _learner(
         self,
+        stack: Stack,
         models: list[nn.Module],
         data: StackedData,
         cell: torch.Tensor,
         game: Game,
-        schedule: Schedule,
-        sessions: list[PrivacySession],
     ) -> Callable[[StackedBatches], None]:
-        """One DP-SGD step of every trial's weighted logistic regression, on the game's
-        current tables (read at each step, so `respond` changes what the next step fits)."""
-        hp = self.hparams
-        stack = stack_models(models)
-        clip = hp.clip_norm if self.private else math.inf
-        sums = [s.gaussian_sum(LEARNER, clip, schedule.noise_multiplier) for s in sessions]
-        step_size = hp.lr / expected_batch(schedule, data.n)
+        """One DP-SGD step of the round's trials' weighted logistic regressions, on the
+        game's current tables (read at each step, so `respond` changes what the next step
+        fits)."""
+        model_stack = stack_models(models)
+        sums = [
+            t.session.gaussian_sum(
+                LEARNER, h.clip_norm if self.private else math.inf, p.loop.noise_multiplier
+            )
+            for t, h, p in zip(stack.trials, stack.hparams, stack.plans, strict=True)
+        ]
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
 
         def step(round_: StackedBatches) -> None:
+            active = len(round_.batches)
             rows = data.gather(round_)
             x, y, cells = rows.rows(data.x), rows.rows(data.y), rows.rows(cell)
             x_sq = rows.rows(data.x_sq)
-            flat = cells.shape[0], -1
+            flat = active, -1
+            targets, weights = first(game.targets, active), first(game.weights, active)
             full = WeightedCrossEntropy(
-                game.targets.view(flat).gather(1, cells), game.weights.view(flat).gather(1, cells)
+                targets.view(flat).gather(1, cells), weights.view(flat).gather(1, cells)
             )
-            logits = stack.logits(x)
+            logits = model_stack.logits(x)
             if self.sensitive:  # the group-free error term is public: exact; the rest noised
-                public = WeightedCrossEntropy(y, game.public.view(-1, 1).expand_as(cells))
-                grads = exact_sums(stack.contributions(x, public, logits, rows, x_sq))
+                public_weight = first(game.public, active).view(-1, 1).expand_as(cells)
+                public = WeightedCrossEntropy(y, public_weight)
+                grads = exact_sums(model_stack.contributions(x, public, logits, rows, x_sq))
                 noisy = gaussian_sums(
                     sums,
-                    stack.contributions(x, Difference(full, public), logits, rows, x_sq),
+                    model_stack.contributions(x, Difference(full, public), logits, rows, x_sq),
                     round_.batches,
                 )
                 grads = [g + h for g, h in zip(grads, noisy, strict=True)]
             else:
                 grads = gaussian_sums(
-                    sums, stack.contributions(x, full, logits, rows, x_sq), round_.batches
+                    sums, model_stack.contributions(x, full, logits, rows, x_sq), round_.batches
                 )
-            stack.descend(grads, step_size)
+            model_stack.descend(grads, step_size.at(active))
 
         return step
 

@@ -87,10 +87,17 @@ leak under the full notion); the dual statistic is a noisy histogram, not a clam
 violation; lambda is one per (cell, group, score), not one per family; delta comes from the
 config; the model is the suite's (logistic regression stacked; the MLP one trial at a time).
 No paper bound is reported: its theorem was not available to us.
+
+Stacking. A tune's draws stack across configurations (`mixed`: step sizes, batch size,
+epochs, clip, noise, cap, Laplace scales): each trial reads its own values, and its dual
+update (or, sensitive notion, release) comes at the end of its own epoch, round(n /
+batch_size) steps, so trials of several batch sizes update their rows of the dual tables
+apart. Trials of different constraints never share a program (`stack_shape`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -102,6 +109,8 @@ from fairbench import constraints
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
+    PerTrial,
+    Stack,
     StackedData,
     TrainingProgram,
     calibrated,
@@ -113,7 +122,7 @@ from fairbench.methods.knob import Direction, Knob
 from fairbench.methods.plan import DataShape, Plan, Schedule
 from fairbench.methods.trial import CalibratedHparams, FairnessSpec, Trial
 from fairbench.models.grad_sample import class_softmax, one_hot
-from fairbench.models.stacked import stack_models, stackable
+from fairbench.models.stacked import first, stack_models, stackable
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
 from fairbench.privacy.accountant import StepShape
 from fairbench.privacy.events import sgd_steps
@@ -156,15 +165,17 @@ class Lagrangian:
 
 class Dual:
     """The trials' multipliers lambda and gates e = sign(g^) 1[|g^| > alpha], one per (cell,
-    group, score), and the per-part weights of the primal step they imply."""
+    group, score), and the per-part weights of the primal step they imply. A round of k
+    trials reads and updates the first k rows (`gates`); an epoch's update, the rows of the
+    trials whose epoch ends (`update`, trials of several batch sizes end epochs apart)."""
 
     def __init__(
         self,
         rates: constraints.GroupRates,
         alpha: torch.Tensor,
         counts: torch.Tensor,
-        lr_dual: float,
-        lambda_max: float,
+        lr_dual: PerTrial,
+        lambda_max: PerTrial,
     ) -> None:
         """`alpha` (T,); `counts` (T, cells, groups): the noisy, floored counts."""
         self.rates, self.lr, self.cap = rates, lr_dual, lambda_max
@@ -176,21 +187,41 @@ class Dual:
         self.counts = counts
         self.weights()
 
-    def update(self, hist: torch.Tensor, floor: float, fresh_counts: bool) -> None:
-        """Dual ascent on the gaps of `hist` (T, parts, W), noisy sums of histogram rows;
-        `fresh_counts`: its row totals replace the counts (a full-data release)."""
-        self.gap = self.rates.gaps(hist, floor)
-        excess = self.gap.abs() - self.alpha
-        self.lam = (self.lam + self.lr * excess.clamp(min=0)).clamp(max=self.cap)
-        self.gate = torch.sign(self.gap) * (excess > 0)
-        if fresh_counts:
-            self.counts = self.rates.counts(hist, floor)
+    def update(
+        self,
+        hist: torch.Tensor,
+        floor: float,
+        fresh_counts: bool,
+        rows: torch.Tensor | None = None,
+    ) -> None:
+        """Dual ascent on the gaps of `hist` (T, parts, W), noisy sums of histogram rows, or
+        of the trials `rows` alone (hist (len(rows), parts, W)); `fresh_counts`: its row
+        totals replace the counts (a full-data release)."""
+        gap = self.rates.gaps(hist, floor)
+        excess = gap.abs() - rows_of(self.alpha, rows)
+        lam = rows_of(self.lam, rows) + at_rows(self.lr, rows) * excess.clamp(min=0)
+        cap = at_rows(self.cap, rows)
+        lam = lam.clamp(max=cap) if isinstance(cap, float) else torch.minimum(lam, cap)
+        gate = torch.sign(gap) * (excess > 0)
+        counts = self.rates.counts(hist, floor) if fresh_counts else None
+        if rows is None:
+            self.lam, self.gate, self.gap = lam, gate, gap
+            self.counts = self.counts if counts is None else counts
+        else:
+            self.lam[rows], self.gate[rows], self.gap[rows] = lam, gate, gap
+            if counts is not None:
+                self.counts[rows] = counts
         self.weights()
 
     def gates(self, hist: torch.Tensor, floor: float) -> None:
-        """e from one batch's noisy histogram (T, parts, W)."""
+        """e from one batch's noisy histogram (k, parts, W): the round's k trials."""
+        k = hist.shape[0]
         gap = self.rates.gaps(hist, floor)
-        self.gate = torch.sign(gap) * (gap.abs() > self.alpha)
+        gate = torch.sign(gap) * (gap.abs() > first(self.alpha, k))
+        if k == self.gate.shape[0]:
+            self.gate = gate
+        else:
+            self.gate[:k] = gate
         self.weights()
 
     def weights(self) -> None:
@@ -205,8 +236,38 @@ class Dual:
 
     @staticmethod
     def per_record(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """table (T, P, M) at each record's index (T, B): (T, B, M)."""
+        """table (T, P, M) at each record's index (k, B), for the first k trials: (k, B, M)."""
+        table = first(table, index.shape[0])
         return torch.gather(table, 1, index.unsqueeze(-1).expand(-1, -1, table.shape[-1]))
+
+
+def rows_of(values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """The trials `rows` of `values` (None: all)."""
+    return values if rows is None else values[rows]
+
+
+def trial_indices(
+    n_trials: int, device: torch.device
+) -> Callable[[list[int]], torch.Tensor | None]:
+    """The indices of some of a stack's `n_trials` on the device (None: all of them), each
+    set made once (not copied to a device at every epoch's end)."""
+    made: dict[tuple[int, ...], torch.Tensor | None] = {}
+
+    def index(trials: list[int]) -> torch.Tensor | None:
+        key = tuple(trials)
+        if key not in made:
+            made[key] = None if len(key) == n_trials else torch.tensor(key, device=device)
+        return made[key]
+
+    return index
+
+
+def at_rows(value: PerTrial, rows: torch.Tensor | None) -> float | torch.Tensor:
+    """A per-trial number for the trials `rows` (None: all), shaped (., 1, 1, 1) against the
+    dual tables; the one float where every trial's is the same."""
+    if value.tensor is None:
+        return value.values[0]
+    return rows_of(value.tensor, rows).view(-1, 1, 1, 1)
 
 
 class PFLDHparams(CalibratedHparams):
@@ -278,6 +339,22 @@ class PFLD(Method):
     )
     Hparams = PFLDHparams
     hparams: PFLDHparams
+    mixed = frozenset(
+        {
+            "lr",
+            "batch_size",
+            "epochs",
+            "clip_norm",
+            "calibrate",
+            "noise_multiplier",
+            "max_steps",
+            "lr_dual",
+            "lambda_max",
+            "laplace_scale",
+            "dual_scale",
+            "count_scale",
+        }
+    )
 
     @property
     def sensitive(self) -> bool:
@@ -340,36 +417,46 @@ class PFLD(Method):
     def stackable(self) -> bool:
         return stackable(self.hparams.model)
 
+    def stack_shape(self, plan: Plan) -> str:
+        """The constraint: its cells, parts and scores are the step's tables."""
+        return plan.details["constraint"]
+
     def program(self, trials: list[Trial], plan: Plan) -> TrainingProgram:
-        """Each trial's counts (full notion: one Laplace release), then the notion's step."""
-        hp, dev, schedule = self.hparams, trials[0].session.device, plan.schedule
+        """Trials of this configuration that share `plan`: a stack of one configuration."""
+        return self.stack_program(Stack([self] * len(trials), trials, [plan] * len(trials)))
+
+    def stack_program(self, stack: Stack) -> TrainingProgram:
+        """Each trial's counts (full notion: one Laplace release), then the notion's step,
+        each trial at its own step sizes, cap, clip, noise, Laplace scales and epoch
+        (`mixed`)."""
+        trials, hp, dev = stack.trials, self.hparams, stack.trials[0].session.device
         alphas = [0.0 if t.fairness.knob is None else float(t.fairness.knob) for t in trials]
         task = trials[0].task
-        rates = constraints.group_rates(plan.details["constraint"], task.n_classes, task.n_groups)
+        rates = constraints.group_rates(
+            stack.plan.details["constraint"], task.n_classes, task.n_groups
+        )
         models = init_models(hp, trials)
-        stack = stack_models(models)
+        model_stack = stack_models(models)
         data = StackedData.of(trials)
         s = data.per_record(lambda task: task.train.s, torch.int64)
         cell, part = rates.cells(data.y), rates.parts(data.y, s)
         counts = []
-        for t, trial in enumerate(trials):
+        for t, (trial, h) in enumerate(zip(trials, stack.hparams, strict=True)):
             if self.sensitive:  # the counts come with each epoch's dual release
                 counts.append(torch.ones((rates.n_events, rates.n_groups), device=dev))
                 continue
-            release = trial.session.laplace_histogram(COUNTS, hp.count_scale)
+            release = trial.session.laplace_histogram(COUNTS, h.count_scale)
             ones = torch.ones((data.n, 1), device=dev)
             counts.append(
                 rates.counts(release(ones, data.trial_rows(part, t), rates.n_parts), hp.min_count)
             )
         alpha = torch.tensor(alphas, device=dev)
-        dual = Dual(rates, alpha, torch.stack(counts), hp.lr_dual, hp.lambda_max)
-        sessions = [t.session for t in trials]
+        lr_dual, cap = stack.values(lambda h, p: h.lr_dual), stack.values(lambda h, p: h.lambda_max)
+        dual = Dual(rates, alpha, torch.stack(counts), lr_dual, cap)
         if self.sensitive:
-            step = self._sensitive_step(
-                stack, models, data, rates, (cell, part), dual, schedule, sessions
-            )
+            step = self._sensitive_step(stack, model_stack, models, data, rates, (cell, part), dual)
         else:
-            step = self._full_step(stack, data, rates, (cell, part), dual, schedule, sessions)
+            step = self._full_step(stack, model_stack, data, rates, (cell, part), dual)
 
         def outcomes() -> list[Outcome]:
             return [
@@ -385,22 +472,31 @@ class PFLD(Method):
 
         return TrainingProgram(models, step, outcomes)
 
-    def _full_step(self, stack, data, rates, per_record, dual, schedule, sessions):
+    def _full_step(self, stack, model_stack, data, rates, per_record, dual):
         """Per step: the dual histogram and the clipped Lagrangian gradients, both noised,
         on one Poisson batch; once per epoch the dual update from the epoch's histograms."""
-        hp = self.hparams
+        hp, trials = self.hparams, stack.trials
         cell, part = per_record
-        sums = [x.gaussian_sum(GRADIENT, hp.clip_norm, schedule.noise_multiplier) for x in sessions]
-        histograms = [x.laplace_histogram(HISTOGRAM, hp.laplace_scale) for x in sessions]
-        epoch = torch.zeros((len(sessions), rates.n_parts, rates.row_width), device=data.device)
-        period, step_size = self.period(data.n), hp.lr / expected_batch(schedule, data.n)
+        sums = [
+            t.session.gaussian_sum(GRADIENT, h.clip_norm, p.loop.noise_multiplier)
+            for t, h, p in zip(trials, stack.hparams, stack.plans, strict=True)
+        ]
+        histograms = [
+            t.session.laplace_histogram(HISTOGRAM, h.laplace_scale)
+            for t, h in zip(trials, stack.hparams, strict=True)
+        ]
+        epoch = torch.zeros((len(trials), rates.n_parts, rates.row_width), device=data.device)
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
+        periods = [m.period(data.n) for m in stack.methods]  # each trial's epoch
+        trial_index = trial_indices(len(trials), data.device)
         done = 0
 
         def step(round_: StackedBatches) -> None:
             nonlocal done
             batches, rows = round_.batches, data.gather(round_)
+            k = len(batches)
             xb, yb, cb, pb = (rows.rows(v) for v in (data.x, data.y, cell, part))
-            logits = stack.logits(xb)
+            logits = model_stack.logits(xb)
             soft = class_softmax(logits)
             hist = laplace_histograms(
                 histograms,
@@ -410,69 +506,83 @@ class PFLD(Method):
                 rows.sizes,
                 batches,
             )
-            epoch.add_(hist)
+            first(epoch, k).add_(hist)
             dual.gates(hist, hp.min_count)
             w = Dual.per_record(dual.group, pb) + Dual.per_record(dual.shared, cb)
             loss = Lagrangian(yb, rates.class_weights(w, yb), soft)
-            contributions = stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
-            stack.descend(gaussian_sums(sums, contributions, batches), step_size)
+            contributions = model_stack.contributions(xb, loss, logits, rows, rows.rows(data.x_sq))
+            model_stack.descend(gaussian_sums(sums, contributions, batches), step_size.at(k))
             done += 1
-            if done % period == 0:
-                dual.update(epoch, hp.min_count, fresh_counts=False)
-                epoch.zero_()
+            ends = [t for t in range(k) if done % periods[t] == 0]
+            if ends:
+                index = trial_index(ends)
+                dual.update(rows_of(epoch, index), hp.min_count, fresh_counts=False, rows=index)
+                if index is None:
+                    epoch.zero_()
+                else:
+                    epoch[index] = 0.0
 
         return step
 
-    def _sensitive_step(self, stack, models, data, rates, per_record, dual, schedule, sessions):
+    def _sensitive_step(self, stack, model_stack, models, data, rates, per_record, dual):
         """Per step: the public part of the gradient exact, the group part clipped and noised;
         once per epoch the dual statistics on the full training data, noised, and the update."""
-        hp = self.hparams
+        hp, trials = self.hparams, stack.trials
         cell, part = per_record
         sums = [
-            x.gaussian_sum(GROUP_GRADIENT, hp.clip_norm, schedule.noise_multiplier)
-            for x in sessions
+            t.session.gaussian_sum(GROUP_GRADIENT, h.clip_norm, p.loop.noise_multiplier)
+            for t, h, p in zip(trials, stack.hparams, stack.plans, strict=True)
         ]
-        histograms = [x.laplace_histogram(HISTOGRAM, hp.dual_scale) for x in sessions]
-        trials = range(len(sessions))
-        x_all = [data.trial_rows(data.x, t) for t in trials]
-        y_all = torch.stack([data.trial_rows(data.y, t) for t in trials])
-        parts_all = torch.stack([data.trial_rows(part, t) for t in trials])
-        period, step_size = self.period(data.n), hp.lr / expected_batch(schedule, data.n)
+        histograms = [
+            t.session.laplace_histogram(HISTOGRAM, h.dual_scale)
+            for t, h in zip(trials, stack.hparams, strict=True)
+        ]
+        every = range(len(trials))
+        x_all = [data.trial_rows(data.x, t) for t in every]
+        y_all = torch.stack([data.trial_rows(data.y, t) for t in every])
+        parts_all = torch.stack([data.trial_rows(part, t) for t in every])
+        step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
+        periods = [m.period(data.n) for m in stack.methods]  # each trial's epoch
+        trial_index = trial_indices(len(trials), data.device)
         done = 0
+
+        def release(ends: list[int]) -> torch.Tensor:
+            """The trials `ends`' noisy dual histograms on their full training data."""
+            with torch.no_grad():
+                soft_all = torch.stack([torch.softmax(models[t](x_all[t]), dim=-1) for t in ends])
+            y, parts = y_all, parts_all
+            if len(ends) < len(trials):
+                y, parts = y_all[ends], parts_all[ends]
+            return laplace_histograms(
+                [histograms[t] for t in ends],
+                rates.rows(soft_all, y),
+                parts,
+                rates.n_parts,
+                None,
+                [None] * len(ends),
+            )
 
         def step(round_: StackedBatches) -> None:
             nonlocal done
             batches, rows = round_.batches, data.gather(round_)
+            k = len(batches)
             xb, yb, cb, pb = (rows.rows(v) for v in (data.x, data.y, cell, part))
             x_sq = rows.rows(data.x_sq)
-            logits = stack.logits(xb)
+            logits = model_stack.logits(xb)
             soft = class_softmax(logits)
             shared = rates.class_weights(Dual.per_record(dual.shared, cb), yb)
             group = rates.class_weights(Dual.per_record(dual.group, pb), yb)
-            public = stack.contributions(xb, Lagrangian(yb, shared, soft), logits, rows, x_sq)
-            private = stack.contributions(
+            public = model_stack.contributions(xb, Lagrangian(yb, shared, soft), logits, rows, x_sq)
+            private = model_stack.contributions(
                 xb, Lagrangian(yb, group, soft, with_loss=False), logits, rows, x_sq
             )
             noisy = gaussian_sums(sums, private, batches)
             grads = [g + h for g, h in zip(exact_sums(public), noisy, strict=True)]
-            stack.descend(grads, step_size)
+            model_stack.descend(grads, step_size.at(k))
             done += 1
-            if done % period == 0:
-                with torch.no_grad():
-                    soft_all = torch.stack(
-                        [
-                            torch.softmax(model(x), dim=-1)
-                            for model, x in zip(models, x_all, strict=True)
-                        ]
-                    )
-                hist = laplace_histograms(
-                    histograms,
-                    rates.rows(soft_all, y_all),
-                    parts_all,
-                    rates.n_parts,
-                    None,
-                    [None] * len(sessions),
-                )
-                dual.update(hist, hp.min_count, fresh_counts=True)
+            ends = [t for t in range(k) if done % periods[t] == 0]
+            if ends:
+                index = trial_index(ends)
+                dual.update(release(ends), hp.min_count, fresh_counts=True, rows=index)
 
         return step

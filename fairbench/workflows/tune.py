@@ -314,10 +314,11 @@ def sample_configurations(
     The first draws are the space's `default:` configurations where it has them (the paper's
     configuration, and fairbench's own hand-set one: always candidates); every other draw is
     random: its alternative first (one of `choose:`'s sub-spaces, uniformly; none drawn
-    without `choose:`), then each hyper-parameter of that sub-space in name order. Each draw takes the generator where the one before left it, so
-    a longer draw starts with the shorter one: raising `draws` (budgets 4, 8, 16 of one
-    search) appends configurations and keeps the earlier ones, and a resumed or extended tune
-    finds its finished trials under the same labels (`method#i`). A space without `default:`
+    without `choose:`), then each hyper-parameter of that sub-space in name order. Each draw
+    takes the generator where the one before left it, so a longer draw starts with the
+    shorter one: raising `draws` (budgets 4, 8, 16 of one search) appends configurations and
+    keeps the earlier ones, and a resumed or extended tune finds its finished trials under
+    the same labels (`method#i`). A space without `default:`
     and `choose:` draws exactly what it drew before they existed. The draws depend on `seed`
     (a different `seed` moves the random draws, never the defaults), not on the search seeds:
     every configuration, the defaults included, is fitted on each search seed at each epsilon

@@ -12,8 +12,9 @@ from fairbench import constraints, metrics
 from fairbench.datasets import get_dataset
 from fairbench.errors import ConfigError
 from fairbench.methods import FairnessSpec, get_method
-from fairbench.methods.engine import Schedule, StackedData, init_models
+from fairbench.methods.engine import PerTrial, Schedule, Stack, StackedData, init_models
 from fairbench.methods.pf_ld import Dual, Lagrangian
+from fairbench.methods.plan import Plan
 from fairbench.methods.trial import Trial
 from fairbench.models.stacked import stack_models
 from fairbench.privacy import PrivacyBudget, PrivacyLedger
@@ -67,17 +68,26 @@ def one_step(method, task, constraint, session, *, lam, alpha=0.0, counts=None, 
     s = data.per_record(lambda t: t.train.s, torch.int64)
     cell = data.y if rates.n_events > 1 else torch.zeros_like(data.y)
     counts = torch.ones((1, rates.n_events, rates.n_groups)) if counts is None else counts
-    dual = Dual(rates, torch.tensor([alpha]), counts, hp.lr_dual, hp.lambda_max)
+    dev = session.device
+    dual = Dual(
+        rates,
+        torch.tensor([alpha]),
+        counts,
+        PerTrial([hp.lr_dual], dev),
+        PerTrial([hp.lambda_max], dev),
+    )
     dual.lam = lam.view(dual.lam.shape).clone()
     if gate is not None:
         dual.gate = gate.view(dual.gate.shape).clone()
         dual.weights()
     schedule = Schedule(1.0, 1, 2.0 if session.private else 0.0)
+    plan = Plan(method._ledger(schedule, data.n), schedule)
     if session.private:
-        session.submit_plan(method._ledger(schedule, data.n))
+        session.submit_plan(plan.ledger)
     build = method._sensitive_step if method.sensitive else method._full_step
     extra = (stack, [model]) if method.sensitive else (stack,)
-    step = build(*extra, data, rates, (cell, cell * rates.n_groups + s), dual, schedule, [session])
+    one = Stack([method], [trial], [plan])
+    step = build(one, *extra, data, rates, (cell, cell * rates.n_groups + s), dual)
     step(poisson_rounds([session], data.n, 1.0)())
     return before, [p.detach().clone() for p in model.parameters()]
 

@@ -254,6 +254,56 @@ def test_dp_fermi_splits_a_stack_by_schedule(tasks, monkeypatch):
     assert fits[0].info["noise_multiplier"] < fits[1].info["noise_multiplier"]  # W's release
 
 
+@pytest.mark.parametrize(
+    ("shared", "draws", "knobs", "expected"),
+    [  # lambda = 0 releases no W: its own program (MIXED["dp-fermi"]: 24, 3 and 18 rounds)
+        ({}, "mixed", [0.0, 2.0], [[0.0, 0.0, 0.0], [2.0, 2.0, 2.0]]),
+        (  # shuffled batches on 360 records: 24, 24 and 3 rounds; equal counts stack
+            {"batches": "shuffled", "noise": "closed-form", "rho": 0.2, "parity_unaccounted": True},
+            [
+                {"lr": 0.5, "batch_size": 30, "epochs": 2},
+                {"lr": 0.1, "batch_size": 60, "epochs": 4, "w_diameter": 2.0},
+                {"lr": 0.2, "batch_size": 120, "epochs": 1},
+            ],
+            [1.0, 1.0],
+            [[1.0, 1.0], [1.0, 1.0, 1.0, 1.0]],
+        ),
+    ],
+)
+def test_dp_fermi_stacks_draws_apart_where_the_step_differs(
+    shared, draws, knobs, expected, tasks, monkeypatch
+):
+    """A tune's dp-fermi draws share a program except where `stack_shape` keeps them apart;
+    each trial's result is its own alone."""
+    cls = method_class("dp-fermi")
+    draws = MIXED["dp-fermi"] if draws == "mixed" else draws
+    programs, stack_program = [], cls.stack_program
+
+    def spy(self, stack):
+        programs.append(sorted(t.fairness.knob for t in stack.trials))
+        return stack_program(self, stack)
+
+    def draw():
+        methods, trials = [], []
+        for i, hparams in enumerate(draws):
+            for seed in (0, 1):
+                methods.append(get_method("dp-fermi", **shared, **hparams))
+                fairness = FairnessSpec("demographic_parity", knobs[(i + seed) % 2])
+                budget = PrivacyBudget(1.0)
+                trials.append(Trial(tasks[seed], fairness, PrivacySession(seed, budget=budget)))
+        return methods, trials
+
+    monkeypatch.setattr(cls, "stack_program", spy)
+    methods, trials = draw()
+    stacked = methods[0].fit_stack(trials, methods)
+    assert sorted(programs, key=len) == expected
+    for s, method, trial in zip(stacked, methods, draw()[1], strict=True):
+        a = method.fit_stack([trial])[0]
+        assert s.budget == a.budget and canonical(s.ledger) == canonical(a.ledger)
+        for p, q in zip(parameters(s), parameters(a), strict=True):
+            assert float((p - q).abs().max()) <= 1e-5
+
+
 def test_padding_rows_of_a_device_batch_contribute_nothing_through_one_model(tasks):
     """On a device a Poisson batch is padded to a fixed width with copies of record 0; an MLP
     (one trial, `OneModel`) must give those rows zero gradient, or record 0 would count in the
@@ -297,6 +347,12 @@ MIXED = {
         {"lr": 0.5, "batch_size": 32, "epochs": 2, "laplace_scale": 5.0},
         {"lr": 0.1, "batch_size": 128, "epochs": 1, "lr_dual": 0.5, "clip_norm": 1.0},
         {"lr": 1.0, "batch_size": 64, "epochs": 3, "laplace_scale": 20.0, "lambda_max": 0.5},
+        {"lr": 0.3, "batch_size": 32, "epochs": 1, "temperature": 4.0},
+    ],
+    "raco-dp[calibrate]": [  # the paper's fixed-sigma step count beside solved noise
+        {"calibrate": "noise", "lr": 0.5, "batch_size": 32, "epochs": 2, "temperature": 2.0},
+        {"calibrate": "steps", "noise_multiplier": 3.0, "max_steps": 4, "batch_size": 128},
+        {"calibrate": "steps", "noise_multiplier": 4.0, "max_steps": 10, "laplace_scale": 20.0},
     ],
     "sgda": [
         {"lr": 0.5, "batch_size": 32, "epochs": 2},
@@ -307,12 +363,111 @@ MIXED = {
         {"lr": 2.0, "batch_size": 128, "epochs": 0.25, "iterations": 6, "lr_dual": 0.5},
         {"lr": 1.0, "batch_size": 64, "epochs": 0.5, "iterations": 3, "clip_norm": 0.5},
     ],
+    "dpsgd-f": [  # 24 rounds, 3, 18 and (a fixed sigma's steps) 10
+        {"lr": 0.5, "batch_size": 32, "epochs": 2, "base_clip": 1.0},
+        {"lr": 2.0, "batch_size": 128, "epochs": 1, "count_noise_multiplier": 5.0},
+        {"lr": 1.0, "batch_size": 64, "epochs": 3, "base_clip": 0.25},
+        {"calibrate": "steps", "noise_multiplier": 3.0, "max_steps": 10, "batch_size": 64},
+    ],
+    "dpsgd-global-adapt": [  # 24 rounds, 3, 18 and (a fixed sigma's steps) 10
+        {"lr": 0.5, "batch_size": 32, "epochs": 2, "clip_norm": 1.0, "lr_bound": 0.2},
+        {"lr": 2.0, "batch_size": 128, "epochs": 1, "count_noise_multiplier": 5.0},
+        {"lr": 1.0, "batch_size": 64, "epochs": 3, "initial_bound": 2.0, "threshold": 0.5},
+        {"calibrate": "steps", "noise_multiplier": 3.0, "max_steps": 10, "batch_size": 64},
+    ],
+    "jagielski-oracle": [  # 3 game rounds of 12 steps, 6 of 1, 3 of 3
+        {"lr": 0.5, "batch_size": 32, "epochs": 1, "iterations": 3, "bound": 20.0},
+        {"lr": 2.0, "batch_size": 128, "epochs": 0.25, "iterations": 6, "eta0": 1.0},
+        {
+            "lr": 1.0,
+            "batch_size": 64,
+            "epochs": 0.5,
+            "iterations": 3,
+            "clip_norm": 0.5,
+            "auditor_share": 0.4,
+            "mixture": "uniform",
+        },
+    ],
+    "jagielski-oracle-nonprivate": [
+        {"lr": 0.5, "batch_size": 32, "epochs": 1, "iterations": 3, "bound": 20.0},
+        {"lr": 2.0, "batch_size": 128, "epochs": 0.25, "iterations": 6, "eta0": 1.0},
+        {"lr": 1.0, "batch_size": 64, "epochs": 0.5, "iterations": 3, "mixture": "uniform"},
+    ],
 }
 MIXED["raco-dp[padded]"] = MIXED["raco-dp"]  # the authors' batches, each trial's own size
+MIXED["jagielski-oracle[sensitive]"] = MIXED["jagielski-oracle"]  # its public error term
 MIXED_SHARED = {
+    "jagielski-oracle[sensitive]": {"privacy_notion": "sensitive-attribute"},
     "raco-dp": {"calibrate": "noise"},
     "raco-dp[padded]": {"calibrate": "noise", "batches": "padded", "parity_unaccounted": True},
 }
+
+
+# dp-fermi: 24, 3 and 18 rounds. lambda = 0 and lambda > 0 release different things per step
+# (their own stacks, `stack_shape`): the knobs of an entry are all positive or all 0
+MIXED["dp-fermi"] = [
+    {"lr": 0.5, "batch_size": 32, "epochs": 2, "w_diameter": 2.0},
+    {"lr": 0.1, "lr_w": 0.5, "batch_size": 128, "epochs": 1, "clip_norm": 1.0, "clip_norm_w": 0.5},
+    {
+        "lr": 0.2,
+        "lr_w": 0.05,
+        "batch_size": 64,
+        "epochs": 3,
+        "w_diameter": 8.0,
+        "marginal_noise": 20.0,
+    },
+]
+MIXED["dp-fermi[sensitive]"] = MIXED["dp-fermi"]
+MIXED["dp-fermi[zero]"] = MIXED["dp-fermi"]
+MIXED["dp-fermi[sensitive-zero]"] = MIXED["dp-fermi"]  # no release: exact sums
+MIXED["dp-fermi[parity]"] = MIXED["dp-fermi"]
+MIXED["dp-fermi[closed-form]"] = [
+    dict(d, rho=0.1 + 0.05 * i) for i, d in enumerate(MIXED["dp-fermi"])
+]
+MIXED_SHARED["dp-fermi[sensitive]"] = {"privacy_notion": "sensitive-attribute"}
+MIXED_SHARED["dp-fermi[sensitive-zero]"] = MIXED_SHARED["dp-fermi[sensitive]"]
+MIXED_SHARED["dp-fermi[parity]"] = {
+    "ermi": "first-group",
+    "logits": "sigmoid",
+    "w_init": "normal",
+    "clipping": "batch-mean",
+}
+MIXED_SHARED["dp-fermi[closed-form]"] = {"noise": "closed-form", "parity_unaccounted": True}
+MIXED_KNOBS = {
+    "dp-fermi": [0.5, 2.0],
+    "dp-fermi[sensitive]": [0.5, 2.0],
+    "dp-fermi[zero]": [0.0, 0.0],
+    "dp-fermi[sensitive-zero]": [0.0, 0.0],
+    "dp-fermi[parity]": [0.5, 2.0],
+    "dp-fermi[closed-form]": [0.5, 2.0],
+}
+
+# pf-ld: 24 rounds (dual period 12), 3 (3), 18 (6) and a fixed sigma's 10 (6): epochs end
+# apart, the dual updates and (sensitive) releases of each trial at its own
+MIXED["pf-ld"] = [
+    {"lr": 0.5, "batch_size": 32, "epochs": 2, "laplace_scale": 5.0},
+    {"lr": 2.0, "batch_size": 128, "epochs": 1, "lr_dual": 0.5, "clip_norm": 0.5},
+    {"lr": 1.0, "batch_size": 64, "epochs": 3, "lambda_max": 0.5, "count_scale": 10.0},
+    {"calibrate": "steps", "noise_multiplier": 3.0, "max_steps": 10, "batch_size": 64},
+]
+MIXED["pf-ld[sensitive]"] = [
+    {"lr": 0.5, "batch_size": 32, "epochs": 2, "dual_scale": 50.0},
+    {"lr": 2.0, "batch_size": 128, "epochs": 1, "lr_dual": 0.5, "clip_norm": 0.5},
+    {"lr": 1.0, "batch_size": 64, "epochs": 3, "dual_scale": 200.0, "lambda_max": 0.5},
+]
+MIXED_SHARED["pf-ld[sensitive]"] = {"privacy_notion": "sensitive-attribute"}
+
+# dp-erm-mitigation: lambda > 0 (the regularised step) and lambda = 0 (dp-sgd's), never
+# together (`stack_shape`); 24 rounds, 3, 18 and a fixed sigma's 10
+MIXED["dp-erm-mitigation"] = [
+    {"lr": 0.5, "batch_size": 32, "epochs": 2, "histogram_scale": 5.0},
+    {"lr": 2.0, "batch_size": 128, "epochs": 1, "clip_norm": 0.5, "count_scale": 20.0},
+    {"lr": 1.0, "batch_size": 64, "epochs": 3, "gradient_weight": 0.5, "curvature_weight": 2.0},
+    {"calibrate": "steps", "noise_multiplier": 3.0, "max_steps": 10, "batch_size": 64},
+]
+MIXED["dp-erm-mitigation[zero]"] = MIXED["dp-erm-mitigation"]
+MIXED_KNOBS["dp-erm-mitigation"] = [1.0, 3.0]
+MIXED_KNOBS["dp-erm-mitigation[zero]"] = [0.0, 0.0]
 
 
 def mixed_trials(entry: str, tasks) -> tuple[list, list[Trial]]:
@@ -324,7 +479,8 @@ def mixed_trials(entry: str, tasks) -> tuple[list, list[Trial]]:
     for i, hparams in enumerate(MIXED[entry]):
         for seed in (0, 1):
             methods.append(get_method(name, **MIXED_SHARED.get(entry, {}), **hparams))
-            knob = None if cls.knob is None else KNOBS[name][(i + seed) % 2]
+            knobs = MIXED_KNOBS.get(entry, KNOBS.get(name))
+            knob = None if cls.knob is None else knobs[(i + seed) % 2]
             fairness = FairnessSpec("demographic_parity", knob)
             trials.append(Trial(tasks[seed], fairness, PrivacySession(seed, budget=budget)))
     return methods, trials
@@ -357,8 +513,10 @@ def test_a_stack_of_several_configurations_gives_every_trial_its_result_alone(
         for key, value in a.info.items():
             if key == "trace":  # of noisy statistics of the predictions: one may flip
                 assert len(s.info[key]) == len(value)
-            elif key in ("lambda", "G"):
+            elif key in ("lambda", "G", "last_noisy_gap", "w_norm", "w_first_group"):  # float32
                 np.testing.assert_allclose(s.info[key], value, atol=1e-5, rtol=0)
+            elif key == "noisy_counts":  # pf-ld's sensitive notion: sums of probabilities
+                np.testing.assert_allclose(s.info[key], value, rtol=1e-6)
             else:
                 assert s.info[key] == value
         assert canonical(s.ledger) == canonical(a.ledger) and s.plan == a.plan
@@ -407,7 +565,7 @@ def test_the_runner_stacks_a_tunes_draws_and_stores_each_as_alone():
     specs = [draw(i, s, k, **d) for i, d in enumerate(draws) for s in (0, 1) for k in (0.05, 0.1)]
     others = [
         dataclasses.replace(draw(0, 0, 0.05, epochs=1), label="raco-dp-b#0"),  # another entry
-        dataclasses.replace(draw(0, 0, 0.05, epochs=1), hparams={"epochs": 1}),  # calibrate
+        draw(0, 0, 0.05, epochs=1, dual_rates="soft"),  # a key outside `mixed`
         draw(0, 0, 0.05, 3.0, epochs=1),  # another epsilon
         spec("dp-sgd", 0, None, 1.0, model="mlp", lr=0.5),  # does not stack
         spec("dp-sgd", 0, None, 1.0, model="mlp", lr=2.0),
@@ -441,3 +599,85 @@ def test_a_draw_that_cannot_be_planned_fails_alone_and_the_others_still_stack(mo
     errors = {s.label: error for s, _, error in results}
     assert errors["raco-dp#0"].startswith("CalibrationError: ")
     assert errors["raco-dp#1"] is None and errors["raco-dp#2"] is None
+
+
+def test_pf_ld_splits_a_stack_by_constraint(tasks, monkeypatch):
+    """pf-ld's step reads its constraint's cells and parts (`stack_shape`): draws of two
+    constraints are two programs, each trial its result alone."""
+    methods, trials = mixed_trials("pf-ld", tasks)
+    trials = [
+        dataclasses.replace(t, fairness=FairnessSpec(constraint, t.fairness.knob))
+        for t, constraint in zip(trials, ["demographic_parity", "equalized_odds"] * 4, strict=True)
+    ]
+    sizes = []
+    stack_program = type(methods[0]).stack_program
+
+    def spy(self, stack):
+        sizes.append(sorted({p.details["constraint"] for p in stack.plans}))
+        return stack_program(self, stack)
+
+    monkeypatch.setattr(type(methods[0]), "stack_program", spy)
+    stacked = methods[0].fit_stack(trials, methods)
+    assert sorted(sizes) == [["demographic_parity"], ["equalized_odds"]]
+    _, fresh = mixed_trials("pf-ld", tasks)
+    for s, method, trial, old in zip(stacked, methods, fresh, trials, strict=True):
+        a = method.fit_stack([dataclasses.replace(trial, fairness=old.fairness)])[0]
+        np.testing.assert_allclose(s.info["lambda"], a.info["lambda"], atol=1e-5, rtol=0)
+        for p, q in zip(parameters(s), parameters(a), strict=True):
+            assert float((p - q).abs().max()) <= 1e-5
+
+
+def test_jagielski_oracle_stacks_apart_the_draws_of_each_constraint(tasks, monkeypatch):
+    """Its game is the constraint's (`stack_shape`): a tune's draws under demographic parity
+    and under equalized odds run as two programs, each with its constraint's draws only, and
+    every trial gets its result alone."""
+    from fairbench.methods.jagielski_oracle import JagielskiOracle
+
+    def odds() -> list[Trial]:
+        return [
+            dataclasses.replace(t, fairness=FairnessSpec("equalized_odds", t.fairness.knob))
+            for t in mixed_trials("jagielski-oracle", tasks)[1]
+        ]
+
+    methods, parity = mixed_trials("jagielski-oracle", tasks)
+    programs = []
+    stack_program = JagielskiOracle.stack_program
+
+    def spy(self, stack):
+        programs.append([*sorted({t.fairness.constraint for t in stack.trials}), len(stack.trials)])
+        return stack_program(self, stack)
+
+    monkeypatch.setattr(JagielskiOracle, "stack_program", spy)
+    stacked = methods[0].fit_stack(parity + odds(), methods + methods)
+    assert programs == [["demographic_parity", 6], ["equalized_odds", 6]]
+    for s, method, trial in zip(stacked[6:], methods, odds(), strict=True):
+        a = method.fit_stack([trial])[0]
+        assert canonical(s.ledger) == canonical(a.ledger) and s.info["counts"] == a.info["counts"]
+        for p, q in zip(parameters(s), parameters(a), strict=True):
+            assert float((p - q).abs().max()) <= 1e-5
+
+
+def test_dp_erm_mitigation_splits_a_stack_by_the_sign_of_lambda(tasks, monkeypatch):
+    """lambda = 0 runs dp-sgd's step, lambda > 0 the regularised one with its releases
+    (`stack_shape`): a tune's draws of both are two programs, each trial its result alone."""
+    methods, trials = mixed_trials("dp-erm-mitigation", tasks)
+    trials = [
+        dataclasses.replace(t, fairness=FairnessSpec("demographic_parity", knob))
+        for t, knob in zip(trials, [0.0, 2.0, 2.0, 0.0] * 2, strict=True)
+    ]
+    knobs = []
+    stack_program = type(methods[0]).stack_program
+
+    def spy(self, stack):
+        knobs.append(sorted({t.fairness.knob for t in stack.trials}))
+        return stack_program(self, stack)
+
+    monkeypatch.setattr(type(methods[0]), "stack_program", spy)
+    stacked = methods[0].fit_stack(trials, methods)
+    assert sorted(knobs) == [[0.0], [2.0]]
+    _, fresh = mixed_trials("dp-erm-mitigation", tasks)
+    for s, method, trial, old in zip(stacked, methods, fresh, trials, strict=True):
+        a = method.fit_stack([dataclasses.replace(trial, fairness=old.fairness)])[0]
+        assert canonical(s.ledger) == canonical(a.ledger) and s.info == a.info
+        for p, q in zip(parameters(s), parameters(a), strict=True):
+            assert float((p - q).abs().max()) <= 1e-5
