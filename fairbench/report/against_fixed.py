@@ -7,8 +7,10 @@ epsilons and final seeds; a seed fixes the split, so the tuned selection's row o
 table on final seed s and the fixed run's trial of seed s are a matched pair.
 
 Per (dataset, epsilon, method, target tau): the tuned selection and the fixed configuration's
-mean test error and violation; the fixed configuration's mean validation violation (above tau,
-the tune could not have chosen it there); the paired test-error difference (tuned minus fixed)
+mean test error and violation; the fixed configuration's mean validation violation on the
+final seeds and, where the tune drew it (its space's defaults are always drawn), on the
+tune's search seeds: the number the tune selected on (above tau, it could not choose it); the
+paired test-error difference (tuned minus fixed)
 with its 95% Student-t interval; and the verdict: "tuned better" (interval below 0), "fixed
 better" (above 0) or "tie" (it contains 0). "At least as good" is every verdict but "fixed
 better". Only free selections are paired (a private selection releases a different choice per
@@ -25,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from fairbench.errors import ConfigError
+from fairbench.methods import get_method
 from fairbench.report.aggregate import ci95
 from fairbench.report.document import Document, Table
 from fairbench.report.outputs import Csv, Doc, Output
@@ -50,6 +53,7 @@ COLUMNS = [
     "tuned_violation",
     "fixed_violation",
     "fixed_val_violation",
+    "search_val_violation",
     "fixed_epsilon_spent",
 ]
 
@@ -82,10 +86,38 @@ def _tune_for(tunes: dict[Path, set], name: str, options: dict, epsilon: float) 
     return found[0]
 
 
-def comparison(fixed: pd.DataFrame, tables: dict[Path, pd.DataFrame], tunes: dict) -> pd.DataFrame:
+def resolved(method: str, hparams: dict) -> str:
+    """A configuration with every default filled in, as a key: two spellings of one
+    configuration (a default left out, or written) are equal."""
+    return json.dumps(get_method(method, **hparams).hparams.model_dump(), sort_keys=True)
+
+
+def search_violation(search: pd.DataFrame, trials: pd.DataFrame) -> float:
+    """The mean validation violation, over the tune's search seeds, of the search's draw with
+    the fixed trials' configuration and knob (NaN where the tune never drew it)."""
+    method, first = trials["method"].iloc[0], trials.iloc[0]
+    if search.empty:
+        return math.nan
+    mine = search[
+        (search["dataset"] == first["dataset"])
+        & (search["epsilon"] == first["epsilon"])
+        & (search["method"] == method)
+        & (search["knob"] == first["knob"])
+    ]
+    key = resolved(method, first["hparams"] or {})
+    same = mine[[resolved(method, h or {}) == key for h in mine["hparams"]]]
+    return float(same["val_violation"].mean()) if len(same) else math.nan
+
+
+def comparison(
+    fixed: pd.DataFrame,
+    tables: dict[Path, pd.DataFrame],
+    tunes: dict,
+    searches: dict[Path, pd.DataFrame] | None = None,
+) -> pd.DataFrame:
     """One row per (dataset, epsilon, fixed label, target) of the fixed run (rows of
     `finished_rows` as a frame) against the tunes' tables (`read_table`); `tunes` maps each
-    tune to its `tuned_datasets`."""
+    tune to its `tuned_datasets`, `searches` to its search's rows (where it kept them)."""
     rows = []
     for (name, eps, label), trials in fixed.groupby(["dataset", "epsilon", "label"], sort=True):
         options = dict(trials["dataset_options"].iloc[0] or {})
@@ -101,6 +133,7 @@ def comparison(fixed: pd.DataFrame, tables: dict[Path, pd.DataFrame], tunes: dic
         if mine.empty:
             raise ConfigError(f"{path} selected no {method} at epsilon {eps} on {name}")
         by_seed = trials.set_index("seed")
+        searched = search_violation((searches or {}).get(path, pd.DataFrame()), trials)
         for tau, tuned in mine.groupby("target", sort=True):
             tuned = tuned.dropna(subset=["test_error"]).set_index("repeat")
             seeds = sorted(set(tuned.index) & set(by_seed.index))
@@ -123,6 +156,7 @@ def comparison(fixed: pd.DataFrame, tables: dict[Path, pd.DataFrame], tunes: dic
                     "tuned_violation": float(tuned.loc[seeds, "test_violation"].mean()),
                     "fixed_violation": float(by_seed.loc[seeds, "test_violation"].mean()),
                     "fixed_val_violation": float(trials["val_violation"].mean()),
+                    "search_val_violation": searched,
                     "fixed_epsilon_spent": float(trials["epsilon_spent"].mean()),
                 }
             )
@@ -149,7 +183,9 @@ def document(table: pd.DataFrame) -> Document:
         "matched pair): the tuned selection at each target τ against the fixed configuration. "
         "Difference = tuned − fixed, mean ± 95% Student-t half-width over the pairs; "
         "'tie' where the interval contains 0. The fixed configuration's validation violation "
-        "says whether the tune could have chosen it at τ (it must be ≤ τ)."
+        "on the final seeds, and on the tune's search seeds where the tune drew it (the "
+        "number it selected on; 'not drawn' otherwise): the tune could choose it at τ only "
+        "where the search's is ≤ τ."
     )
     cells = [
         [
@@ -164,7 +200,9 @@ def document(table: pd.DataFrame) -> Document:
             pm(r.difference_mean, r.difference_ci95),
             r.verdict,
             f"{num(r.tuned_violation, 3)} / {num(r.fixed_violation, 3)}",
-            f"{r.fixed_val_violation:.3f}",
+            f"{r.fixed_val_violation:.3f} / {num(r.search_val_violation, 3)}".replace(
+                "—", "not drawn"
+            ),
             f"{r.fixed_epsilon_spent:.3f}",
         ]
         for r in table.itertuples()
@@ -183,7 +221,7 @@ def document(table: pd.DataFrame) -> Document:
                 "tuned − fixed",
                 "verdict",
                 "test violation tuned / fixed",
-                "fixed val violation",
+                "fixed val violation: final / search seeds",
                 "fixed ε spent",
             ],
             cells,
@@ -205,7 +243,16 @@ def outputs(inputs: list[Path]) -> Iterator[Output]:
         )
     tunes = {p: tuned_datasets(p) for p in tune_paths}
     tables = {p: read_table(TuneLayout(p)) for p in tune_paths}
+    searches = {p: _search_rows(TuneLayout(p).search) for p in tune_paths}
     fixed = pd.DataFrame([row for p in run_paths for row in finished_rows(p, "compare")])
-    table = comparison(fixed, tables, tunes)
+    table = comparison(fixed, tables, tunes, searches)
     yield Csv("comparison.csv", table)
     yield Doc("comparison", document(table))
+
+
+def _search_rows(search: Path) -> pd.DataFrame:
+    """The search's finished trials (empty where the tune output kept none)."""
+    try:
+        return pd.DataFrame(finished_rows(search, "compare"))
+    except ConfigError:
+        return pd.DataFrame()

@@ -57,6 +57,8 @@ def _fixed(errors: list[float], options: dict | None = None) -> pd.DataFrame:
                 "test_violation": 0.04,
                 "val_violation": 0.045,
                 "epsilon_spent": 0.9,
+                "knob": 0.02,
+                "hparams": {"lr": 0.1, "laplace_scale": 10.0},
             }
             for seed, error in enumerate(errors)
         ]
@@ -77,6 +79,46 @@ def test_pairs_by_seed_and_labels_the_interval():
     assert out.loc[0.05, "fixed_error"] == pytest.approx(0.13)
     assert out.loc[0.05, "n_pairs"] == 3
     assert out.loc[0.05, "fixed_val_violation"] == pytest.approx(0.045)
+
+
+def test_the_search_seeds_validation_violation_is_the_candidates_as_the_tune_saw_it():
+    """The fixed configuration drawn by the tune (the same configuration once defaults are
+    filled in, the same knob): its mean validation violation over the search seeds, the
+    number the tune selected on; NaN where the tune never drew it."""
+    base = {"dataset": "parkinsons", "epsilon": 1.0, "method": "raco-dp"}
+    search = pd.DataFrame(
+        [  # the same configuration, one spelled with a default written out
+            {
+                **base,
+                "knob": 0.02,
+                "hparams": {"lr": 0.1, "laplace_scale": 10.0},
+                "val_violation": 0.06,
+            },
+            {
+                **base,
+                "knob": 0.02,
+                "hparams": {"lr": 0.1, "laplace_scale": 10.0, "temperature": 1.0},
+                "val_violation": 0.04,
+            },
+            {
+                **base,
+                "knob": 0.05,
+                "hparams": {"lr": 0.1, "laplace_scale": 10.0},
+                "val_violation": 0.9,
+            },
+            {
+                **base,
+                "knob": 0.02,
+                "hparams": {"lr": 0.2, "laplace_scale": 10.0},
+                "val_violation": 0.9,
+            },
+        ]
+    )
+    table = _table({0.05: [0.10, 0.12, 0.11]})
+    out = comparison(_fixed([0.12, 0.15, 0.12]), {TUNE: table}, TUNES, {TUNE: search})
+    assert out.loc[0, "search_val_violation"] == pytest.approx(0.05)
+    alone = comparison(_fixed([0.12, 0.15, 0.12]), {TUNE: table}, TUNES, {TUNE: search[2:]})
+    assert math.isnan(alone.loc[0, "search_val_violation"])
 
 
 def test_only_shared_seeds_are_paired():
