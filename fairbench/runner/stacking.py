@@ -4,10 +4,15 @@ epsilon), of a method that stacks (`Method.stackable`), run as one stacked progr
 (`runner.trial.stack_key`, `runner.trial.run_stack`).
 
 A trial's numbers depend on its stack-mates within float32 reduction order (padding and
-batched matrix products sum in another order), so stacks are a function of the config alone:
-every trial of the config, grouped, sorted by (seed, knob, label, hyper-parameters) and cut
+batched matrix products sum in another order; where a method's update takes a sign, as DP-ERM
+mitigation's does, such a difference can flip one and move the whole trajectory: an equally
+valid run, not the same one), so stacks are a function of the config alone:
+every trial of the config, grouped, sorted by (label, seed, knob, hyper-parameters) and cut
 into balanced pieces of at most `MAX_STACK` on the CPU (bounded so that a stack's training
-sets, one per seed, fit in memory) or `MAX_STACK_CUDA` on a GPU. A trial whose plan its
+sets, one per seed, fit in memory) or `MAX_STACK_CUDA` on a GPU. Label first: a tune's draw
+keeps its search seeds in one stack, and so in one worker process, where its plan's
+calibration and its ledger's epsilon are computed once (both are cached per process); cut
+seed first, the seeds of one draw landed in different processes, each paying them again. A trial whose plan its
 method refuses (a draw that cannot be calibrated at its epsilon) fails alone and the rest of
 its stack still runs as one (`runner.worker.run_unit`), which again depends on the specs
 alone. The worker count, a resume, or the executor never change them, so a run gives the
@@ -47,9 +52,9 @@ def work_units(specs: list[TrialSpec], max_stack: int | None = None) -> list[lis
     for members in groups.values():
         members.sort(
             key=lambda s: (
+                s.label,
                 s.seed,
                 -math.inf if s.knob is None else s.knob,
-                s.label,
                 json.dumps(s.hparams, sort_keys=True, default=str),
             )
         )

@@ -573,8 +573,8 @@ def test_the_runner_stacks_a_tunes_draws_and_stores_each_as_alone():
     units = work_units(specs + others)
     assert sorted(len(u) for u in units) == [1, 1, 1, 1, 1, 8]
     (stack,) = [u for u in units if len(u) == 8]
-    assert [(s.seed, s.knob, s.label) for s in stack] == [
-        (s, k, f"raco-dp#{i}") for s in (0, 1) for k in (0.05, 0.1) for i in range(2)
+    assert [(s.seed, s.knob, s.label) for s in stack] == [  # a draw's seeds in one stack
+        (s, k, f"raco-dp#{i}") for i in range(2) for s in (0, 1) for k in (0.05, 0.1)
     ]
     rows = run_stack(stack)
     for s, row in zip(stack, rows, strict=True):
