@@ -12,13 +12,13 @@ into balanced pieces of at most `MAX_STACK` on the CPU (bounded so that a stack'
 sets, one per seed, fit in memory) or `MAX_STACK_CUDA` on a GPU. Label first: a tune's draw
 keeps its search seeds in one stack, and so in one worker process, where its plan's
 calibration and its ledger's epsilon are computed once (both are cached per process); cut
-seed first, the seeds of one draw landed in different processes, each paying them again. A trial whose plan its
-method refuses (a draw that cannot be calibrated at its epsilon) fails alone and the rest of
-its stack still runs as one (`runner.worker.run_unit`), which again depends on the specs
-alone. The worker count, a resume, or the executor never change them, so a run gives the
-same numbers however it is run. Units are ordered larger epsilon first (a method calibrated
-by its step count runs more steps there), then largest first, so that long units start
-early. Every other trial is a unit of its own.
+seed first, the seeds of one draw landed in different processes, each paying them again.
+A trial whose plan its method refuses (a draw that cannot be calibrated at its epsilon)
+fails alone and the rest of its stack still runs as one (`runner.worker.run_unit`), which
+again depends on the specs alone. The worker count, a resume, or the executor never change
+them, so a run gives the same numbers however it is run. Units are ordered larger epsilon
+first (a method calibrated by its step count runs more steps there), then largest first, so
+that long units start early. Every other trial is a unit of its own.
 """
 
 from __future__ import annotations
