@@ -55,7 +55,6 @@ from pydantic import Field
 from fairbench.methods.base import Method
 from fairbench.methods.engine import (
     Outcome,
-    PerTrial,
     Stack,
     StackedData,
     TrainingProgram,
@@ -112,25 +111,6 @@ def rescaled(contributions, factors: torch.Tensor):
 def per_trial(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """(T,) values shaped to multiply a (T, ...) tensor."""
     return values.to(like.dtype).view(-1, *[1] * (like.dim() - 1))
-
-
-def doubles(values: PerTrial, device: torch.device) -> float | torch.Tensor:
-    """`values` for float64 arithmetic: the float where all trials share it, else (T,)
-    float64 (a float32 value would round what a trial alone computes with the float)."""
-    if values.tensor is None:
-        return values.values[0]
-    return torch.tensor(values.values, dtype=torch.float64, device=device)
-
-
-def leading(values: float | torch.Tensor, k: int) -> float | torch.Tensor:
-    """The first k trials' values (T,) (a round's trials); a float as it is."""
-    return first(values, k) if isinstance(values, torch.Tensor) else values
-
-
-def column(values: float | torch.Tensor, k: int) -> float | torch.Tensor:
-    """The first k trials' values (T,) as a (k, 1) column; a float as it is."""
-    values = leading(values, k)
-    return values.unsqueeze(1) if isinstance(values, torch.Tensor) else values
 
 
 def count_cells(
@@ -220,8 +200,8 @@ class DPSGDF(Method):
         ]
         step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
         base_clip = stack.values(lambda h, p: h.base_clip)  # compared with float32 norms
-        base_clip64 = doubles(base_clip, device)  # scales the float64 bounds
-        rounds = doubles(stack.values(lambda h, p: p.loop_rounds), device)
+        base_clip64 = stack.values(lambda h, p: h.base_clip, torch.float64)  # float64 bounds
+        rounds = stack.values(lambda h, p: p.loop_rounds, torch.float64)
         bound_total = torch.zeros((len(trials), n_groups), dtype=torch.float64, device=device)
 
         def step(round_):
@@ -236,7 +216,7 @@ class DPSGDF(Method):
             real = torch.ones_like(group, dtype=torch.bool) if batch.mask is None else batch.mask
             cells = count_cells(group, norms, base_clip.at(k, 1))
             noisy = gaussian_counts(counters[:k], cells, real, 2 * n_groups, round_.batches)
-            bounds = group_bounds(noisy, column(base_clip64, k))  # (k, K)
+            bounds = group_bounds(noisy, base_clip64.at(k, 1))  # (k, K)
             largest = bounds.max(dim=-1).values
             first(bound_total, k).add_(bounds)
             own = bounds.gather(1, group).to(norms.dtype)
@@ -245,7 +225,7 @@ class DPSGDF(Method):
             model_stack.descend([s * per_trial(largest, s) for s in noisy_sums], step_size.at(k))
 
         def outcomes() -> list[Outcome]:
-            mean = (bound_total / column(rounds, len(trials))).cpu().tolist()
+            mean = (bound_total / rounds.at(len(trials), 1)).cpu().tolist()
             return [Outcome({"mean_group_clip": row}) for row in mean]
 
         return TrainingProgram(models, step, outcomes)

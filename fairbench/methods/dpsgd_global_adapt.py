@@ -49,8 +49,6 @@ from pydantic import Field
 from fairbench.methods.base import Method
 from fairbench.methods.dpsgd_f import (
     ACCURACY_COST,
-    doubles,
-    leading,
     per_trial,
     record_norms,
     rescaled,
@@ -181,9 +179,9 @@ class DPSGDGlobalAdapt(Method):
         step_size = stack.values(lambda h, p: h.lr / expected_batch(p.loop, data.n))
         threshold = stack.values(lambda h, p: h.threshold)
         # the bound's arithmetic is float64: these stay doubles
-        scale = doubles(stack.values(lambda h, p: expected_batch(p.loop, data.n)), device)
-        clip = doubles(stack.values(lambda h, p: h.clip_norm), device)
-        lr_bound = doubles(stack.values(lambda h, p: h.lr_bound), device)
+        scale = stack.values(lambda h, p: expected_batch(p.loop, data.n), torch.float64)
+        clip = stack.values(lambda h, p: h.clip_norm, torch.float64)
+        lr_bound = stack.values(lambda h, p: h.lr_bound, torch.float64)
         bound = torch.tensor(
             [h.initial_bound for h in stack.hparams], dtype=torch.float64, device=device
         )
@@ -202,10 +200,10 @@ class DPSGDGlobalAdapt(Method):
                 above = above & batch.mask
             cells = torch.zeros_like(above, dtype=torch.int64)
             count = gaussian_counts(counters[:k], cells, above, 1, round_.batches)[:, 0]
-            factors = global_factors(norms, leading(clip, k), own)
+            factors = global_factors(norms, clip.at(k), own)
             noisy_sums = gaussian_sums(sums, rescaled(grads, factors), round_.batches)
             model_stack.descend(noisy_sums, step_size.at(k))
-            own.mul_(torch.exp(count / leading(scale, k) - leading(lr_bound, k)))
+            own.mul_(torch.exp(count / scale.at(k) - lr_bound.at(k)))
 
         def outcomes() -> list[Outcome]:
             finals = bound.cpu().tolist()

@@ -271,11 +271,15 @@ class PerTrial:
     (a float times a float32 tensor rounds as the float32 tensor product does, so a trial's
     arithmetic is its arithmetic alone)."""
 
-    def __init__(self, values: Sequence[float], device: torch.device) -> None:
+    def __init__(
+        self, values: Sequence[float], device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> None:
+        """`dtype`: the tensor's, float64 for values that enter float64 arithmetic (a float32
+        value would round what a trial alone computes with the float)."""
         self.values = [float(v) for v in values]
         self.tensor = None
         if len(set(self.values)) > 1:
-            self.tensor = torch.tensor(self.values, dtype=torch.float32, device=device)
+            self.tensor = torch.tensor(self.values, dtype=dtype, device=device)
 
     def at(self, k: int, dims: int = 0) -> float | torch.Tensor:
         """The first k trials' values (a round's trials), shaped (k, 1, ...) with `dims`
@@ -317,11 +321,14 @@ class Stack:
             return method.program(self.trials, self.plan)
         return method.stack_program(self)
 
-    def values(self, of: Callable[[Any, Plan], float]) -> PerTrial:
+    def values(
+        self, of: Callable[[Any, Plan], float], dtype: torch.dtype = torch.float32
+    ) -> PerTrial:
         """Each trial's `of(hparams, plan)` (its step size, its clip, ...)."""
         return PerTrial(
             [of(m.hparams, p) for m, p in zip(self.methods, self.plans, strict=True)],
             self.trials[0].session.device,
+            dtype,
         )
 
 
