@@ -89,13 +89,18 @@ report: install
 tune-adult-dp: install
 	$(BIN)/fairbench tune tune-adult-dp --out results/tune/adult-dp --charge-tuning $(EXECUTOR_FLAGS)
 
+# A tune's wall time (seconds since the recipe's `start`), written once: a resume, which
+# skips finished trials, would overwrite the run from scratch with its own seconds. Delete the
+# tune directory (or the file) to measure again.
+first_wall = { [ -e $(1) ] || echo $$(( $$(date +%s) - start )) > $(1); }
+
 # fig-privacy-cost (issue 16): equal-draws tuning of every method per dataset (fairbench tune;
 # re-running resumes, skipping finished trials) into results/tune/privacy-cost/<name>/, then
 # per dataset a CSV, a figure per model and a note in results/figures/fig-privacy-cost/; after
 # each tune, `fairbench tune-budgets` re-selects from its first 4 and 8 draws (the notes' budget
 # sensitivity table, the stable label of each winner).
 # `make privacy-cost-<name>` tunes one dataset alone and writes the wall seconds of that
-# invocation to its wall_seconds.txt (a resumed run times only what was left).
+# invocation to its wall_seconds.txt, once (`first_wall`).
 # The committed figure (issue 40: regenerated under the paper-region spaces, 16 draws x 3
 # search seeds, eps {0.1, 1, 8}; the other datasets' configs are shipped, about 6 h more on 2
 # cores): `make fig-privacy-cost PRIVACY_COST="$(PRIVACY_COST_ALL)"` runs them all.
@@ -113,15 +118,16 @@ $(PRIVACY_COST_TUNES): privacy-cost-%: install
 	start=$$(date +%s); \
 	$(SINGLE_THREADED) $(BIN)/fairbench tune privacy-cost-$* --out results/tune/privacy-cost/$* $(EXECUTOR_FLAGS) && \
 	$(SINGLE_THREADED) $(BIN)/fairbench tune-budgets results/tune/privacy-cost/$* && \
-	echo $$(( $$(date +%s) - start )) > results/tune/privacy-cost/$*/wall_seconds.txt
+	$(call first_wall,results/tune/privacy-cost/$*/wall_seconds.txt)
 
 # fig-tuning-cost (issue 24): what paying for tuning costs. Per dataset two tune outputs with
 # the same candidates, counts, seeds and splits: tuning paid for by private selection at the
 # stated total epsilon (tuning-cost-<name>-paid.yaml) and its uncharged twin
 # (tuning-cost-<name>-free.yaml); then per dataset and epsilon the released models' test error
-# and ranking under each, in results/figures/fig-tuning-cost. Re-running resumes. The
-# committed figure is German's (the calibration over each method's 16-configuration support
-# takes about an hour per dataset on 2 cores); the configs for the others are shipped:
+# and ranking under each, in results/figures/fig-tuning-cost. Re-running resumes (the paid
+# arms recalibrate first, about 6 minutes each: `fairbench figure tuning-cost` redraws alone).
+# The committed figure is German's and COMPAS's (35 minutes from scratch on 2 cores); the
+# configs for the others are shipped:
 # `make fig-tuning-cost TUNING_COST="german compas parkinsons adult5k"`.
 TUNING_COST ?= german compas
 TUNING_COST_TUNES := $(foreach d,$(TUNING_COST),tuning-cost-$(d)-free tuning-cost-$(d)-paid)
@@ -133,7 +139,7 @@ $(TUNING_COST_TUNES): tuning-cost-%: install
 	@mkdir -p results/tune/tuning-cost/$*
 	start=$$(date +%s); \
 	$(SINGLE_THREADED) $(BIN)/fairbench tune tuning-cost-$* --out results/tune/tuning-cost/$* $(EXECUTOR_FLAGS) && \
-	echo $$(( $$(date +%s) - start )) > results/tune/tuning-cost/$*/wall_seconds.txt
+	$(call first_wall,results/tune/tuning-cost/$*/wall_seconds.txt)
 
 # fig-literature (issue 23): the baselines the seed papers claim to beat (Jagielski et al.,
 # PF-LD, the DP-ERM mitigation) beside RaCO-DP and DP-FERMI, tuned with equal draws in both
@@ -153,7 +159,7 @@ $(addprefix tune-,$(LITERATURE)): tune-%: install
 	start=$$(date +%s); \
 	$(SINGLE_THREADED) $(BIN)/fairbench tune $* --out results/tune/$* $(EXECUTOR_FLAGS) && \
 	$(SINGLE_THREADED) $(BIN)/fairbench tune-budgets results/tune/$* && \
-	echo $$(( $$(date +%s) - start )) > results/tune/$*/wall_seconds.txt
+	$(call first_wall,results/tune/$*/wall_seconds.txt)
 
 # fig-disparate-impact (issue 39): the group accuracy cost of privacy. One run (Adult by sex
 # and by race, COMPAS by sex, Law School white/black; eps 0.5-8; erm, dp-sgd, dpsgd-f,

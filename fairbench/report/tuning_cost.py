@@ -5,11 +5,17 @@ paid for by private selection (`selection: private`: the released model and its 
 (epsilon, delta)-DP at the stated total) and its uncharged twin (`selection: uncharged`: every
 candidate at the full epsilon, exact validation scores, the papers' convention). Per (dataset,
 method, epsilon, selection) the row describes the released models over the repeats (one per
-split): test error (mean and 95% t-interval over the repeats that released a model),
-violation, the fraction of ALL repeats whose released model held tau on test (a repeat that
-released nothing counts as missing it), and the rank among methods. Ranked are the methods
-whose released models held tau in at least half the repeats, by mean test error; the others
-have no rank (a low error bought by violating the target never wins). A method that paid
+split): test error and violation (mean and 95% t-interval over the repeats that released
+a model; the repeats are splits, so the violation's interval carries the test splits' noise),
+the test split's standard error of the gap (bounded from its group sizes: the tune table
+stores the released model's gap, not the group rates `uncertainty.gap_se` rebuilds it from),
+the verdict at tau (`uncertainty.verdict`: cannot tell where that SE exceeds tau / 2) and the
+rank among methods. Ranked are the methods that released a model in at least half the
+repeats and whose violation's interval does not lie above tau, by mean test error; the
+others have no rank (a low error bought by violating the target never wins). The fraction of
+all repeats whose model held tau on test (`satisfied_fraction`, nothing released counting as
+a miss) is kept in the CSV; on a split whose SE exceeds tau / 2 it is close to a coin flip,
+so neither the ranking nor the report reads it. A method that paid
 tuning leaves out (`uncalibratable: leave_out`: no candidate calibrates at the per-candidate
 budget the total allows) released nothing in every repeat; its row says why (`left_out`).
 
@@ -43,6 +49,7 @@ from fairbench.report.figure import finish, legend_below, new_figure
 from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.palette import style
 from fairbench.report.privacy_cost import dataset_key
+from fairbench.report.uncertainty import gap_se_bound, split_counts, verdict
 from fairbench.rundir.tuning import TuneLayout, read_table, read_tune_config
 
 COLUMNS = [
@@ -54,6 +61,10 @@ COLUMNS = [
     "ci_low",
     "ci_high",
     "violation_mean",
+    "violation_low",
+    "violation_high",
+    "violation_se",
+    "verdict",
     "satisfied_fraction",
     "rank",
     "tau",
@@ -69,7 +80,7 @@ COLUMNS = [
     "rank_without_a",
 ]
 SELECTIONS = {"uncharged": "free", "private": "paid"}
-RANKED_FROM = 0.5  # satisfied fraction a method needs to be ranked
+RANKED_FROM = 0.5  # share of repeats a method must release a model in to be ranked
 
 
 def majority_error(out: Path) -> tuple[str, float]:
@@ -107,7 +118,8 @@ def released_frame(out: Path) -> pd.DataFrame:
     if len(config["datasets"]) != 1:
         raise ConfigError(f"{out}: fig-tuning-cost reads one dataset per tune output")
     entry = config["datasets"][0]
-    key, _ = dataset_key(entry["name"], entry.get("options") or {})
+    options = entry.get("options") or {}
+    key, _ = dataset_key(entry["name"], options)
     table = read_table(layout)
     return pd.DataFrame(
         {
@@ -123,6 +135,10 @@ def released_frame(out: Path) -> pd.DataFrame:
             "count": table["candidates"],
             "test_error": table["test_error"],
             "test_violation": table["test_violation"],
+            "test_split_se": [
+                _split_se(entry["name"], options, int(repeat), constraint)
+                for repeat, constraint in zip(table["repeat"], table["constraint"], strict=True)
+            ],
             "candidate_epsilon": table["candidate_epsilon"],
             "total_epsilon": table["tuning_epsilon"],
             "accountant": table["accountant"].fillna(""),
@@ -131,15 +147,23 @@ def released_frame(out: Path) -> pd.DataFrame:
     )
 
 
+def _split_se(dataset: str, options: dict[str, Any], repeat: int, constraint: str) -> float:
+    """The bound on the SE of a gap on a repeat's test split (NaN without the data here)."""
+    counts = split_counts(dataset, options, repeat, "test")
+    return math.nan if counts is None else gap_se_bound(constraint, counts)
+
+
 def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = None) -> pd.DataFrame:
     """The CSV: one row per (dataset, method, epsilon, selection, tau), ranked, with the
     dataset's majority-class error beside it (`majority_error`)."""
     out = []
     keys = ["dataset", "method", "epsilon", "selection", "tau"]
     for key, group in released.groupby(keys, sort=True):
-        errors = group["test_error"].dropna()
-        half = ci95(errors)
+        errors, violations = group["test_error"].dropna(), group["test_violation"].dropna()
+        half, spread = ci95(errors), ci95(violations)
         mean = float(errors.mean()) if len(errors) else math.nan
+        violation = float(violations.mean()) if len(violations) else math.nan
+        se = float(group["test_split_se"].mean())  # the splits' own, released or not
         held = (group["test_violation"] <= group["tau"]).sum()  # NaN (nothing released) is False
         out.append(
             {
@@ -147,7 +171,11 @@ def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = Non
                 "test_error_mean": mean,
                 "ci_low": mean - half,
                 "ci_high": mean + half,
-                "violation_mean": float(group["test_violation"].mean()),
+                "violation_mean": violation,
+                "violation_low": violation - spread,
+                "violation_high": violation + spread,
+                "violation_se": se,
+                "verdict": verdict(key[-1], se, violation - spread, violation + spread),
                 "satisfied_fraction": float(held / len(group)),
                 "released": int(group["test_error"].notna().sum()),
                 "repeats": len(group),
@@ -167,11 +195,13 @@ def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = Non
 
 
 def _ranks(table: pd.DataFrame) -> pd.Series:
-    """Rank by mean test error among the methods that held tau in at least half the repeats,
-    per (dataset, epsilon, selection, tau); NaN for the others."""
+    """Rank by mean test error among the methods that released a model in at least half the
+    repeats and whose violation's 95% interval does not lie above tau, per (dataset, epsilon,
+    selection, tau); NaN for the others."""
     rank = pd.Series(math.nan, index=table.index)
     for _, group in table.groupby(["dataset", "epsilon", "selection", "tau"]):
-        ranked = group[group["satisfied_fraction"] >= RANKED_FROM].sort_values(
+        released = group["released"] >= RANKED_FROM * group["repeats"]
+        ranked = group[released & ~(group["violation_low"] > group["tau"])].sort_values(
             "test_error_mean", kind="stable"
         )
         rank.loc[ranked.index] = np.arange(1, len(ranked) + 1)
@@ -280,9 +310,9 @@ def _beats(winner: pd.Series | None, majority: float) -> bool | None:
 
 def tuning_cost_figure(table: pd.DataFrame) -> Figure:
     """One panel per dataset: test error against epsilon, a line per method, solid for free
-    tuning and dashed for paid, 95% CI bars; a point whose method is unranked there (held
-    tau in under half the repeats) is drawn hollow; the majority-class predictor's error is
-    a dotted line."""
+    tuning and dashed for paid, 95% CI bars; a point whose method is unranked there (released
+    in under half the repeats, or its violation's interval above tau) is drawn hollow; the
+    majority-class predictor's error is a dotted line."""
     datasets = sorted(table["dataset"].unique())
     fig, axes = new_figure(1, len(datasets), (4.2, 3.8))
     for ax, dataset in zip(axes[0], datasets, strict=True):
@@ -352,7 +382,7 @@ def tuning_cost_figure(table: pd.DataFrame) -> Figure:
             marker="o",
             markerfacecolor="white",
             linestyle="none",
-            label="held τ in < half the repeats",
+            label="unranked: released in < half the repeats, or violation above τ",
         ),
         Line2D([], [], color="black", linestyle=":", label="majority class (violation 0)"),
     ]
@@ -461,18 +491,20 @@ def _finding(top: pd.DataFrame, scope: str) -> Document:
 
 
 def _arm_cells(pair: pd.DataFrame, selection: str) -> list[str]:
-    """error, held and rank of one (method, epsilon) under one arm."""
+    """error, violation (with the verdict at tau) and rank of one (method, epsilon) under one
+    arm."""
     row = pair[pair["selection"] == selection]
     if row.empty:
         return ["not run", "", ""]
     r = row.iloc[0]
-    held = round(r["satisfied_fraction"] * r["repeats"])
-    error = (
-        "no candidate calibrates"
-        if isinstance(r["left_out"], str)
-        else _fmt(r["test_error_mean"], r["ci_low"], r["ci_high"])
-    )
-    return [error, f"{held}/{r['repeats']}", "" if math.isnan(r["rank"]) else f"{r['rank']:.0f}"]
+    if isinstance(r["left_out"], str):
+        return ["no candidate calibrates", "", ""]
+    error = _fmt(r["test_error_mean"], r["ci_low"], r["ci_high"])
+    violation = ""
+    if not math.isnan(r["violation_mean"]):
+        violation = _fmt(r["violation_mean"], r["violation_low"], r["violation_high"])
+        violation += f", {r['verdict']}" if r["verdict"] else ""
+    return [error, violation, "" if math.isnan(r["rank"]) else f"{r['rank']:.0f}"]
 
 
 def tuning_cost_document(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFrame) -> Document:
@@ -488,9 +520,15 @@ def tuning_cost_document(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
         "model and its score (ε, δ)-DP at the stated total, accounted by the RDP "
         "accountant). Same candidates, counts, seeds and splits in both; 10 repeats, each "
         "on its own split. Test error of the released models: mean [95% CI] over the "
-        "repeats that released one; `held` = repeats whose released model held τ on "
-        "test, out of all repeats (nothing released counts as a miss). Ranked: methods "
-        "that held τ in at least half the repeats, by mean test error. `majority`: the "
+        "repeats that released one, and their test violation likewise (the repeats are "
+        "splits: the interval carries the test splits' noise) with the verdict at τ: "
+        "**cannot tell** where one test split's standard error of the gap exceeds τ/2 "
+        "(here bounded from the split's group sizes, every rate at 1/2: the tune table "
+        "stores the released model's gap, not its group rates) or the interval straddles "
+        "τ, else meets or misses. Ranked: methods that released a model in at least half "
+        "the repeats and whose violation's interval does not lie above τ, by mean test "
+        "error (counting the repeats whose model held τ would be a coin flip where the "
+        "split cannot tell). `majority`: the "
         "test error of predicting the training split's majority label (violation 0, no "
         "training, no ε); a winner *beats* it when its 95% CI lies entirely below."
     )
@@ -509,21 +547,22 @@ def tuning_cost_document(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
         "method",
         "ε",
         "free: error",
-        "held",
+        "violation",
         "rank",
         "paid: error",
-        "held",
+        "violation",
         "rank",
         "paid − free (paired)",
         "candidate ε (paid)",
     ]
     for dataset, here in table.groupby("dataset", sort=True):
-        majority = here["majority_error"].iloc[0]
+        majority, se = here["majority_error"].iloc[0], here["violation_se"].max()
         doc.heading(2, dataset)
         doc.add(
             Images([(dataset, "tuning-cost.png")]),
             f"Majority-class predictor: test error {_num(majority) or 'not computed'} "
-            "(violation 0).",
+            "(violation 0). One test split's standard error of the gap: at most "
+            f"{_num(se) or 'not computed'} (τ/2 = {here['tau'].iloc[0] / 2:g}).",
         )
         rows = []
         for (method, eps), pair in here.groupby(["method", "epsilon"], sort=True):

@@ -3,6 +3,7 @@ draws are candidates that release nothing, and the figure's table ranks honestly
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -197,7 +198,7 @@ def test_an_uncalibratable_method_refuses_the_tune_unless_left_out(tmp_path):
 def test_the_figure_table_has_the_issue_columns_and_pairs_the_arms(arms):
     released = pd.concat([released_frame(arms["private"]), released_frame(arms["uncharged"])])
     table = summary_rows(released)
-    assert list(table.columns[:10]) == [
+    assert list(table.columns[:14]) == [
         "dataset",
         "method",
         "epsilon",
@@ -206,6 +207,10 @@ def test_the_figure_table_has_the_issue_columns_and_pairs_the_arms(arms):
         "ci_low",
         "ci_high",
         "violation_mean",
+        "violation_low",
+        "violation_high",
+        "violation_se",
+        "verdict",
         "satisfied_fraction",
         "rank",
     ]
@@ -219,11 +224,12 @@ def test_the_figure_table_has_the_issue_columns_and_pairs_the_arms(arms):
     assert cost["cost_mean"].iloc[0] == pytest.approx(both.mean())
 
 
-def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_misses():
+def test_ranking_leaves_out_methods_above_tau_or_rarely_released():
+    """a: low error, its violation 0.2 twice of four (interval [-0.07, 0.28]: straddles tau);
+    b: higher error, always within; c: released once only; d: the lowest error, its violation
+    0.2 in every repeat (interval above tau). Ranked: a, then b."""
     rows = []
     for repeat in range(4):
-        # a: low error, misses tau twice of four; b: higher error, always within; c: released
-        # once only (within tau): satisfied 1/4
         rows += [
             {"method": "a", "test_error": 0.10, "test_violation": 0.2 if repeat < 2 else 0.01},
             {"method": "b", "test_error": 0.20, "test_violation": 0.01},
@@ -232,9 +238,11 @@ def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_
                 "test_error": 0.05 if repeat == 0 else math.nan,
                 "test_violation": 0.01 if repeat == 0 else math.nan,
             },
+            {"method": "d", "test_error": 0.01, "test_violation": 0.2},
         ]
-        for r in rows[-3:]:
+        for r in rows[-4:]:
             r.update(
+                test_split_se=0.01,
                 dataset="d",
                 epsilon=1.0,
                 selection="paid",
@@ -248,9 +256,11 @@ def test_ranking_ignores_methods_that_miss_tau_and_counts_unreleased_repeats_as_
             )
     table = summary_rows(pd.DataFrame(rows)).set_index("method")
     assert table.loc["a", "satisfied_fraction"] == 0.5 and table.loc["a", "rank"] == 1
-    assert table.loc["b", "rank"] == 2
-    assert table.loc["c", "satisfied_fraction"] == 0.25 and math.isnan(table.loc["c", "rank"])
-    assert table.loc["c", "released"] == 1
+    assert table.loc["a", "violation_low"] < 0.05 < table.loc["a", "violation_high"]
+    assert table.loc["a", "verdict"] == "cannot tell"  # SE 0.01 <= tau / 2: the interval
+    assert table.loc["b", "rank"] == 2 and table.loc["b", "verdict"] == "meets"
+    assert table.loc["c", "released"] == 1 and math.isnan(table.loc["c", "rank"])
+    assert table.loc["d", "verdict"] == "misses" and math.isnan(table.loc["d", "rank"])
     top = winners(table.reset_index())
     assert top["winner_paid"].tolist() == ["a"] and top["winner_free"].isna().all()
     assert top["beats_majority_paid"].tolist() == [None]  # no reference given
@@ -314,6 +324,7 @@ def test_a_changed_winner_is_judged_by_its_paired_gap_under_paid_tuning():
                         "count": 2,
                         "test_error": error,
                         "test_violation": 0.01,
+                        "test_split_se": math.nan,
                         "candidate_epsilon": 0.4,
                         "total_epsilon": 1.0,
                         "accountant": "",
@@ -347,6 +358,7 @@ def test_a_second_ranking_leaves_out_methods_that_read_a_at_test():
             "count": 2,
             "test_error": error,
             "test_violation": 0.01,
+            "test_split_se": math.nan,
             "candidate_epsilon": 0.4,
             "total_epsilon": 1.0,
             "accountant": "",
@@ -360,3 +372,43 @@ def test_a_second_ranking_leaves_out_methods_that_read_a_at_test():
     assert table.loc["dp-fermi", "rank"] == 2 and table.loc["dp-fermi", "rank_without_a"] == 1
     top = winners(table.reset_index(), rank="rank_without_a").iloc[0]
     assert top["winner_paid"] == "dp-fermi" and top["scope"] == "without reading A at test"
+
+
+def test_a_split_too_small_for_tau_cannot_tell_and_its_bound_is_the_largest_se():
+    """Groups of 60 and 140 records (German's scale): no binary classifier's gap SE exceeds
+    0.5 sqrt(1/60 + 1/140) = 0.0772; above tau / 2 = 0.025 the verdict is cannot tell even
+    for a tight interval, and the ranking still reads the interval."""
+    from fairbench.report.uncertainty import gap_se_bound
+
+    counts = np.array([[20, 40], [40, 100]])  # (group, label)
+    bound = gap_se_bound("demographic_parity", counts)
+    assert bound == pytest.approx(0.5 * math.sqrt(1 / 60 + 1 / 140))
+    rates = np.linspace(0.01, 0.99, 99)  # any rates: the SE stays within the bound
+    assert (
+        np.sqrt(rates * (1 - rates) / 60 + rates[::-1] * (1 - rates[::-1]) / 140) <= bound
+    ).all()
+    # equalized odds: the y = 0 condition's groups (20, 40) are the smallest pair
+    assert gap_se_bound("equalized_odds", counts) == pytest.approx(0.5 * math.sqrt(1 / 20 + 1 / 40))
+    assert math.isnan(gap_se_bound("bounded_group_loss", counts))
+    rows = [
+        {
+            "dataset": "d",
+            "method": "a",
+            "epsilon": 1.0,
+            "selection": "paid",
+            "tau": 0.05,
+            "repeat": repeat,
+            "count": 2,
+            "test_error": 0.2,
+            "test_violation": 0.01 + 0.001 * repeat,
+            "test_split_se": bound,
+            "candidate_epsilon": 0.4,
+            "total_epsilon": 1.0,
+            "accountant": "",
+            "left_out": None,
+        }
+        for repeat in range(5)
+    ]
+    row = summary_rows(pd.DataFrame(rows)).iloc[0]
+    assert row["violation_high"] < 0.05 and row["violation_se"] == pytest.approx(bound)
+    assert row["verdict"] == "cannot tell" and row["rank"] == 1
