@@ -86,13 +86,52 @@ def bench(
     ] = None,
     epsilon: Annotated[float, typer.Option(help="--stacks: the target epsilon")] = 1.0,
     draws: Annotated[int, typer.Option(min=1, help="--stacks: draws per method")] = 16,
+    stack_sizes: Annotated[
+        str | None,
+        typer.Option(
+            help="instead, fit max(SIZES) trials of dp-sgd and raco-dp in programs of each "
+            "size (comma-separated, e.g. 1,20,200): seconds per trial-step by stack width"
+        ),
+    ] = None,
 ) -> None:
     """Median wall time per training step of each method, and ratios to DP-SGD; or, with
     --figure, the wall time of a whole figure run, in seconds and in DP-SGD steps timed in the
     same process (--rounds, --batch-size), and each method's and phase's share; or, with
-    --stacks, what stacking a tune's draws into one program saves (`bench.stack_times`)."""
-    from fairbench.workflows.bench import fit_times, stack_times, step_times, write_step_table
+    --stacks, what stacking a tune's draws into one program saves (`bench.stack_times`); or,
+    with --stack-sizes, what a stack's width costs (`bench.stack_size_times`)."""
+    from fairbench.workflows.bench import (
+        fit_times,
+        stack_size_times,
+        stack_times,
+        step_times,
+        write_step_table,
+    )
 
+    if stack_sizes is not None:
+        try:
+            sizes = [int(size) for size in stack_sizes.split(",")]
+        except ValueError:
+            sizes = []
+        if not sizes or min(sizes) < 1:
+            raise ConfigError(
+                f"--stack-sizes {stack_sizes!r}: give positive integers separated by commas, "
+                "e.g. 1,20,200"
+            )
+        result = stack_size_times(sizes, batch_size, device=_bench_device(device))
+        if as_json:
+            print(json.dumps(result, indent=2))
+            return
+        for name, row in result["methods"].items():
+            cells = ", ".join(
+                f"{size}: {cell['seconds']:.1f} s ({cell['trial_step_us']:.0f} µs)"
+                for size, cell in row["sizes"].items()
+            )
+            console.print(
+                f"{name}: {result['trials']} trials of {row['steps']} steps on "
+                f"{result['dataset']} ({result['device']}), by stack size: {cells}",
+                highlight=False,
+            )
+        return
     if stacks is not None:
         result = stack_times(stacks, epsilon=epsilon, draws=draws)
         if as_json:

@@ -428,3 +428,55 @@ def stack_times(
             "ratio": medians["programs"] / medians["stacked"],
         }
     return out
+
+
+# method -> hyperparameters that fix its step count (raco-dp's default solves steps for sigma)
+STACK_SIZE_ENTRIES: dict[str, dict[str, Any]] = {"dp-sgd": {}, "raco-dp": {"calibrate": "noise"}}
+
+
+def stack_size_times(
+    sizes: list[int],
+    batch_size: int = 512,
+    epochs: float = 1.0,
+    device: Device = "cpu",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """What a stack's width costs on this device: N = max(sizes) trials of each method (one
+    split, session seeds 0..N-1, ε = 1, the method's typical knob) fitted whole in programs
+    of each size, in this process; wall seconds and microseconds per trial-step. A round
+    gathers T·B rows, so past some width a stack leaves the caches (why the CPU's stacks
+    stop at `runner.stacking.MAX_STACK`)."""
+    from fairbench.methods.trial import Trial
+    from fairbench.privacy.session import PrivacySession
+
+    device = as_device(resolve_device(device).type)
+    task, dataset = bench_task(seed)
+    count = max(sizes)
+    out: dict[str, Any] = {"dataset": dataset, "trials": count, "batch_size": batch_size}
+    out["device"], out["methods"] = device, {}
+    for name, extra in STACK_SIZE_ENTRIES.items():
+        method = get_method(name, batch_size=batch_size, epochs=epochs, **extra)
+        knob = None if method.knob is None else method.knob.typical
+
+        def trials(seeds: range, method=method, knob=knob) -> list[Trial]:
+            return [
+                Trial(
+                    task,
+                    FairnessSpec("demographic_parity", knob),
+                    PrivacySession(s, resolve_device(device), PrivacyBudget(1.0)),
+                )
+                for s in seeds
+            ]
+
+        steps = method.fit_stack(trials(range(1)))[0].budget.steps  # warm: calibration cached
+        rows = {}
+        for size in sizes:
+            began = time.perf_counter()
+            for first in range(0, count, size):
+                method.fit_stack(trials(range(first, min(first + size, count))))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - began
+            rows[str(size)] = {"seconds": seconds, "trial_step_us": seconds / count / steps * 1e6}
+        out["methods"][name] = {"steps": steps, "sizes": rows}
+    return out

@@ -149,3 +149,35 @@ def test_gpu_utilisation_is_sampled_while_a_figure_runs(monkeypatch):
     with bench.GpuUtilisation(interval=0.01) as gpu:
         time.sleep(0.05)
     assert gpu.summary() == {"measured": False, "why": "nvidia-smi gave no reading"}
+
+
+def test_bench_stack_sizes_fits_every_trial_in_programs_of_each_width(cli, monkeypatch):
+    task = get_dataset("synthetic", n_rows=3_000).load(0)
+    monkeypatch.setattr(bench, "bench_task", lambda seed: (task, "synthetic"))
+    from fairbench.methods.base import Method
+
+    programs: list[int] = []
+    fit_stack = Method.fit_stack
+
+    def spy(self, trials, *args):
+        programs.append(len(trials))
+        return fit_stack(self, trials, *args)
+
+    monkeypatch.setattr(Method, "fit_stack", spy)
+    code, out, _ = cli("bench", "--stack-sizes", "1,3", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["trials"] == 3 and set(result["methods"]) == {"dp-sgd", "raco-dp"}
+    for row in result["methods"].values():
+        assert set(row["sizes"]) == {"1", "3"} and row["steps"] > 1
+        for cell in row["sizes"].values():
+            expected = cell["seconds"] / 3 / row["steps"] * 1e6
+            assert cell["trial_step_us"] == pytest.approx(expected)
+    # per method: the warm-up trial, then three programs of one and one of three
+    assert programs == [1, 1, 1, 1, 3] * 2
+
+
+@pytest.mark.parametrize("sizes", ["0,20", "1,x", ""])
+def test_bench_refuses_malformed_stack_sizes_in_one_line(cli, sizes):
+    code, _, err = cli("bench", "--stack-sizes", sizes)
+    assert code != 0 and "--stack-sizes" in err and len(err.strip().splitlines()) == 1
