@@ -7,15 +7,16 @@ candidate at the full epsilon, exact validation scores, the papers' convention).
 method, epsilon, selection) the row describes the released models over the repeats (one per
 split): test error and violation (mean and 95% t-interval over the repeats that released
 a model; the repeats are splits, so the violation's interval carries the test splits' noise),
-the test split's standard error of the gap (bounded from its group sizes: the tune table
-stores the released model's gap, not the group rates `uncertainty.gap_se` rebuilds it from),
-the verdict at tau (`uncertainty.verdict`: cannot tell where that SE exceeds tau / 2) and the
-rank among methods. Ranked are the methods that released a model in at least half the
-repeats and whose violation's interval does not lie above tau, by mean test error; the
-others have no rank (a low error bought by violating the target never wins). The fraction of
-all repeats whose model held tau on test (`satisfied_fraction`, nothing released counting as
-a miss) is kept in the CSV; on a split whose SE exceeds tau / 2 it is close to a coin flip,
-so neither the ranking nor the report reads it. A method that paid
+the mean over the released models of their test split's own standard error of the gap
+(`uncertainty.trial_ses` on the released candidate's trial row, found through the selection
+analysis; NaN where the data is not here), the verdict at tau (`uncertainty.verdict`: cannot
+tell where that SE exceeds tau / 2 or the interval straddles tau) and the rank among methods.
+Ranked are the methods that released a model in at least half the repeats and whose mean
+test violation is at most tau, by mean test error; the others have no rank (a low error
+bought by violating the target on average never wins). The fraction of all repeats whose
+model held tau on test (`satisfied_fraction`, nothing released counting as a miss) is kept
+in the CSV, not in the report: one repeat's "held" is close to a coin flip on a split whose
+SE exceeds tau / 2. A method that paid
 tuning leaves out (`uncalibratable: leave_out`: no candidate calibrates at the per-candidate
 budget the total allows) released nothing in every repeat; its row says why (`left_out`).
 
@@ -43,14 +44,15 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from fairbench.errors import ConfigError
 from fairbench.methods.base import SENSITIVE_MARK
 from fairbench.metrics import majority_class_error
-from fairbench.report.aggregate import ci95
+from fairbench.report.aggregate import ci95, trials_frame
 from fairbench.report.document import Document, Images, Table
 from fairbench.report.figure import finish, legend_below, new_figure
 from fairbench.report.outputs import Csv, Doc, Output, Plot
 from fairbench.report.palette import style
 from fairbench.report.privacy_cost import dataset_key
-from fairbench.report.uncertainty import gap_se_bound, split_counts, verdict
-from fairbench.rundir.tuning import TuneLayout, read_table, read_tune_config
+from fairbench.report.uncertainty import trial_ses, verdict
+from fairbench.rundir.store import finished_rows
+from fairbench.rundir.tuning import TuneLayout, read_analysis, read_table, read_tune_config
 
 COLUMNS = [
     "dataset",
@@ -118,9 +120,9 @@ def released_frame(out: Path) -> pd.DataFrame:
     if len(config["datasets"]) != 1:
         raise ConfigError(f"{out}: fig-tuning-cost reads one dataset per tune output")
     entry = config["datasets"][0]
-    options = entry.get("options") or {}
-    key, _ = dataset_key(entry["name"], options)
+    key, _ = dataset_key(entry["name"], entry.get("options") or {})
     table = read_table(layout)
+    released = released_trials(layout)
     return pd.DataFrame(
         {
             "dataset": key,
@@ -136,8 +138,10 @@ def released_frame(out: Path) -> pd.DataFrame:
             "test_error": table["test_error"],
             "test_violation": table["test_violation"],
             "test_split_se": [
-                _split_se(entry["name"], options, int(repeat), constraint)
-                for repeat, constraint in zip(table["repeat"], table["constraint"], strict=True)
+                _gap_se(released.get((eps, method, repeat, target)))
+                for eps, method, repeat, target in zip(
+                    table["epsilon"], table["method"], table["repeat"], table["target"], strict=True
+                )
             ],
             "candidate_epsilon": table["candidate_epsilon"],
             "total_epsilon": table["tuning_epsilon"],
@@ -147,10 +151,29 @@ def released_frame(out: Path) -> pd.DataFrame:
     )
 
 
-def _split_se(dataset: str, options: dict[str, Any], repeat: int, constraint: str) -> float:
-    """The bound on the SE of a gap on a repeat's test split (NaN without the data here)."""
-    counts = split_counts(dataset, options, repeat, "test")
-    return math.nan if counts is None else gap_se_bound(constraint, counts)
+def released_trials(layout: TuneLayout) -> dict[tuple[float, str, int, float], pd.Series]:
+    """(epsilon, method, repeat, target) -> the released candidate's trial row (its run
+    directory's trials, by the trial id the selection analysis records); {} where the
+    candidates' run directories are not here."""
+    runs = [p for p in sorted(layout.private.glob("*")) if p.is_dir()]
+    rows = [row for run in runs for row in finished_rows(run, "read its trials")]
+    if not rows:
+        return {}
+    trials = trials_frame(rows).drop_duplicates("trial_id").set_index("trial_id")
+    out = {}
+    for record in read_analysis(layout):
+        for repeat in record["repeats"]:
+            for target, index in repeat["released"].items():
+                trial_id = None if index is None else repeat["candidates"][index]["trial_id"]
+                if trial_id in trials.index:
+                    key = (record["epsilon"], record["method"], repeat["repeat"], float(target))
+                    out[key] = trials.loc[trial_id]
+    return out
+
+
+def _gap_se(trial: pd.Series | None) -> float:
+    """The SE of a released model's gap on its test split (NaN: none released, or no data)."""
+    return math.nan if trial is None else trial_ses(trial, "test")[0]
 
 
 def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = None) -> pd.DataFrame:
@@ -163,7 +186,7 @@ def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = Non
         half, spread = ci95(errors), ci95(violations)
         mean = float(errors.mean()) if len(errors) else math.nan
         violation = float(violations.mean()) if len(violations) else math.nan
-        se = float(group["test_split_se"].mean())  # the splits' own, released or not
+        se = float(group["test_split_se"].mean())  # over the released models
         held = (group["test_violation"] <= group["tau"]).sum()  # NaN (nothing released) is False
         out.append(
             {
@@ -175,7 +198,9 @@ def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = Non
                 "violation_low": violation - spread,
                 "violation_high": violation + spread,
                 "violation_se": se,
-                "verdict": verdict(key[-1], se, violation - spread, violation + spread),
+                "verdict": ""
+                if violations.empty
+                else verdict(key[-1], se, violation - spread, violation + spread),
                 "satisfied_fraction": float(held / len(group)),
                 "released": int(group["test_error"].notna().sum()),
                 "repeats": len(group),
@@ -196,12 +221,12 @@ def summary_rows(released: pd.DataFrame, majority: dict[str, float] | None = Non
 
 def _ranks(table: pd.DataFrame) -> pd.Series:
     """Rank by mean test error among the methods that released a model in at least half the
-    repeats and whose violation's 95% interval does not lie above tau, per (dataset, epsilon,
-    selection, tau); NaN for the others."""
+    repeats and whose mean test violation is at most tau, per (dataset, epsilon, selection,
+    tau); NaN for the others."""
     rank = pd.Series(math.nan, index=table.index)
     for _, group in table.groupby(["dataset", "epsilon", "selection", "tau"]):
         released = group["released"] >= RANKED_FROM * group["repeats"]
-        ranked = group[released & ~(group["violation_low"] > group["tau"])].sort_values(
+        ranked = group[released & (group["violation_mean"] <= group["tau"])].sort_values(
             "test_error_mean", kind="stable"
         )
         rank.loc[ranked.index] = np.arange(1, len(ranked) + 1)
@@ -311,7 +336,7 @@ def _beats(winner: pd.Series | None, majority: float) -> bool | None:
 def tuning_cost_figure(table: pd.DataFrame) -> Figure:
     """One panel per dataset: test error against epsilon, a line per method, solid for free
     tuning and dashed for paid, 95% CI bars; a point whose method is unranked there (released
-    in under half the repeats, or its violation's interval above tau) is drawn hollow; the
+    in under half the repeats, or its mean violation above tau) is drawn hollow; the
     majority-class predictor's error is a dotted line."""
     datasets = sorted(table["dataset"].unique())
     fig, axes = new_figure(1, len(datasets), (4.2, 3.8))
@@ -382,7 +407,7 @@ def tuning_cost_figure(table: pd.DataFrame) -> Figure:
             marker="o",
             markerfacecolor="white",
             linestyle="none",
-            label="unranked: released in < half the repeats, or violation above τ",
+            label="unranked: released in < half the repeats, or mean violation above τ",
         ),
         Line2D([], [], color="black", linestyle=":", label="majority class (violation 0)"),
     ]
@@ -522,13 +547,11 @@ def tuning_cost_document(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
         "on its own split. Test error of the released models: mean [95% CI] over the "
         "repeats that released one, and their test violation likewise (the repeats are "
         "splits: the interval carries the test splits' noise) with the verdict at τ: "
-        "**cannot tell** where one test split's standard error of the gap exceeds τ/2 "
-        "(here bounded from the split's group sizes, every rate at 1/2: the tune table "
-        "stores the released model's gap, not its group rates) or the interval straddles "
-        "τ, else meets or misses. Ranked: methods that released a model in at least half "
-        "the repeats and whose violation's interval does not lie above τ, by mean test "
-        "error (counting the repeats whose model held τ would be a coin flip where the "
-        "split cannot tell). `majority`: the "
+        "**cannot tell** where the released models' test split's standard error of the gap "
+        "(their mean) exceeds τ/2 or the interval straddles τ, else meets or misses. "
+        "Ranked: methods that released a model in at least half the repeats and whose mean "
+        "test violation is at most τ, by mean test error (one repeat's 'held τ' is close to "
+        "a coin flip where the split's SE exceeds τ/2). `majority`: the "
         "test error of predicting the training split's majority label (violation 0, no "
         "training, no ε); a winner *beats* it when its 95% CI lies entirely below."
     )
@@ -556,13 +579,14 @@ def tuning_cost_document(table: pd.DataFrame, cost: pd.DataFrame, top: pd.DataFr
         "candidate ε (paid)",
     ]
     for dataset, here in table.groupby("dataset", sort=True):
-        majority, se = here["majority_error"].iloc[0], here["violation_se"].max()
+        majority, se = here["majority_error"].iloc[0], here["violation_se"]
         doc.heading(2, dataset)
         doc.add(
             Images([(dataset, "tuning-cost.png")]),
             f"Majority-class predictor: test error {_num(majority) or 'not computed'} "
-            "(violation 0). One test split's standard error of the gap: at most "
-            f"{_num(se) or 'not computed'} (τ/2 = {here['tau'].iloc[0] / 2:g}).",
+            "(violation 0). The released models' test split's standard error of the gap: "
+            f"{_num(se.min()) or 'not computed'} to {_num(se.max()) or 'not computed'} over "
+            f"the cells (τ/2 = {here['tau'].iloc[0] / 2:g}).",
         )
         rows = []
         for (method, eps), pair in here.groupby(["method", "epsilon"], sort=True):

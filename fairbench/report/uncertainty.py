@@ -119,24 +119,6 @@ def gap_se(
     return se if abs(best - violation) <= MATCH else math.nan
 
 
-def gap_se_bound(constraint: str, counts: np.ndarray) -> float:
-    """The largest standard error a binary classifier's gap can have on a split with these
-    (group, label) counts: every rate at 1/2 (r(1 - r) <= 1/4) and the two smallest groups of
-    a condition as the pair, 0.5 sqrt(1/n_a + 1/n_b), the largest over conditions. For a
-    table that stores a gap but not the group rates it is rebuilt from (`gap_se`). NaN for
-    other constraints, more than two classes, or an empty group."""
-    terms = GAPS.get(constraint)
-    if terms is None or counts.shape[1] != 2:
-        return math.nan
-    bound = 0.0
-    for label, _ in terms:
-        n = np.sort(counts.sum(axis=1) if label is None else counts[:, label])
-        if len(n) < 2 or n[0] == 0:
-            return math.nan
-        bound = max(bound, 0.5 * math.sqrt(1 / n[0] + 1 / n[1]))
-    return bound
-
-
 def error_se(error: float, n: int) -> float:
     """Binomial standard error of an error rate measured on n records."""
     return math.sqrt(error * (1 - error) / n)

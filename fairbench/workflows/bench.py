@@ -444,8 +444,7 @@ def stack_size_times(
     """What a stack's width costs on this device: N = max(sizes) trials of each method (one
     split, session seeds 0..N-1, ε = 1, the method's typical knob) fitted whole in programs
     of each size, in this process; wall seconds and microseconds per trial-step. A round
-    gathers T·B rows, so past some width a stack leaves the caches (why the CPU's stacks
-    stop at `runner.stacking.MAX_STACK`)."""
+    gathers T·B rows, so past some width a stack's rows leave the caches."""
     from fairbench.methods.trial import Trial
     from fairbench.privacy.session import PrivacySession
 
