@@ -67,7 +67,11 @@ FIGURES: dict[str, FigureSpec] = {
             # what the Makefile's default TUNING_COST commits (issue 40's regeneration)
             committed=_paths(
                 "results/tune/tuning-cost",
-                ["german-free", "german-paid", "compas-free", "compas-paid"],
+                [
+                    f"{d}-{arm}"
+                    for d in ("german", "compas", "parkinsons")
+                    for arm in ("free", "paid")
+                ],
             ),
         ),
         FigureSpec(
